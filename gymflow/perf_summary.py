@@ -1,0 +1,162 @@
+"""`perf_summary`: the efficiency block of an aggregate-metrics entry (evidence.md §10, aggregate.md §3.8).
+
+One implementation, shared by `eval aggregate` (one summary per group) and `eval join` (one summary
+over all output rows). Two ways in:
+
+* :func:`perf_summary` takes one item per row -- the row's ``ng_perf`` object, or ``None`` when the row
+  has none (or it is not an object) -- and returns the summary dict, or ``None`` when there are no rows
+  or no row has an ``ng_perf`` object::
+
+      perf_summary([{"num_turns": 2, "completion_tokens": 30}, None])
+      # {"overall_observability_coverage": 0.5, "token_observability_coverage": 0.0, ...}
+
+* :class:`PerfAccumulator` does the same incrementally (``add`` per row, ``merge`` partial
+  accumulators of shards, ``result()`` at the end). It keeps only the numbers the summary needs, never
+  the records, so memory does not grow with payload size.
+
+Rules (NeMo Gym 0.7.0): a value is numeric when it is an int or a float, booleans included; key order
+is coverage, then for each token field with a value ``mean_``/``median_``/``total_``, then the
+``num_turns`` statistics (``std`` is the population standard deviation), then tokens per turn (rows
+with numeric ``completion_tokens`` and ``num_turns`` > 0), then latency percentiles (linear
+interpolation at position q·(n − 1), as numpy's default). Keys without data are absent.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable, Mapping
+from typing import Any, TypeGuard
+
+__all__ = ["TOKEN_FIELDS", "PerfAccumulator", "percentile", "perf_summary"]
+
+TOKEN_FIELDS: tuple[str, ...] = (
+    "prompt_tokens",
+    "cached_prompt_tokens",
+    "completion_tokens",
+    "reasoning_tokens",
+)
+
+Number = int | float
+
+
+def _is_number(value: object) -> TypeGuard[int | float]:
+    # bool is an int subclass: counted as a number, as the reference does.
+    return isinstance(value, int | float)
+
+
+def percentile(sorted_values: list[float] | list[Number], q: float) -> float:
+    """Linear-interpolation percentile at position ``q * (n - 1)`` of already sorted values.
+
+    Bit-compatible with ``numpy.percentile(values, 100 * q)`` (its default "linear" method, including
+    numpy's two-sided interpolation formula).
+    """
+    n = len(sorted_values)
+    if n == 0:
+        raise ValueError("percentile of no values")
+    position = (n - 1) * q
+    below = math.floor(position)
+    gamma = position - below
+    lower = float(sorted_values[min(below, n - 1)])
+    upper = float(sorted_values[min(below + 1, n - 1)])
+    diff = upper - lower
+    if gamma >= 0.5:
+        return upper - diff * (1 - gamma)
+    return lower + diff * gamma
+
+
+class PerfAccumulator:
+    """Incremental ``perf_summary``: ``add`` one row's ``ng_perf`` (or None), ``merge`` partials."""
+
+    __slots__ = ("_rows", "_records", "_token_observed", "_tokens", "_turns", "_per_turn", "_latency")
+
+    def __init__(self) -> None:
+        self._rows = 0
+        self._records = 0
+        self._token_observed = 0
+        self._tokens: dict[str, list[Number]] = {name: [] for name in TOKEN_FIELDS}
+        self._turns: list[Number] = []
+        self._per_turn: list[float] = []
+        self._latency: list[Number] = []
+
+    def add(self, ng_perf: object) -> None:
+        """Count one row; ``ng_perf`` is its ``ng_perf`` value (anything but a mapping counts as absent)."""
+        self._rows += 1
+        if not isinstance(ng_perf, Mapping):
+            return
+        self._records += 1
+        coverage = ng_perf.get("token_observability_coverage")
+        if _is_number(coverage) and coverage > 0:
+            self._token_observed += 1
+        for name in TOKEN_FIELDS:
+            value = ng_perf.get(name)
+            if _is_number(value):
+                self._tokens[name].append(value)
+        turns = ng_perf.get("num_turns")
+        if _is_number(turns):
+            self._turns.append(turns)
+            completion = ng_perf.get("completion_tokens")
+            if turns > 0 and _is_number(completion):
+                self._per_turn.append(completion / turns)
+        latency = ng_perf.get("total_latency_ms")
+        if _is_number(latency):
+            self._latency.append(latency)
+
+    def merge(self, other: PerfAccumulator) -> None:
+        """Append another accumulator's rows after this one's (order matters only for ties in sums)."""
+        self._rows += other._rows
+        self._records += other._records
+        self._token_observed += other._token_observed
+        for name in TOKEN_FIELDS:
+            self._tokens[name].extend(other._tokens[name])
+        self._turns.extend(other._turns)
+        self._per_turn.extend(other._per_turn)
+        self._latency.extend(other._latency)
+
+    @property
+    def rows(self) -> int:
+        return self._rows
+
+    def result(self) -> dict[str, Any] | None:
+        """The summary dict, or None when no row was added or none had an ``ng_perf`` object."""
+        if self._rows == 0 or self._records == 0:
+            return None
+        out: dict[str, Any] = {
+            "overall_observability_coverage": self._records / self._rows,
+            "token_observability_coverage": self._token_observed / self._rows,
+        }
+        for name, values in self._tokens.items():
+            if values:
+                out[f"mean_{name}"] = statistics.fmean(values)
+                out[f"median_{name}"] = statistics.median(values)
+                out[f"total_{name}"] = sum(values)
+        if self._turns:
+            turns = self._turns
+            ordered = sorted(turns)
+            out["mean_num_turns"] = statistics.fmean(turns)
+            out["median_num_turns"] = statistics.median(turns)
+            out["std_num_turns"] = float(statistics.pstdev(turns))
+            out["min_num_turns"] = ordered[0]
+            out["p90_num_turns"] = percentile(ordered, 0.9)
+            out["max_num_turns"] = ordered[-1]
+        if self._per_turn:
+            out["mean_tokens_per_turn"] = statistics.fmean(self._per_turn)
+            out["median_tokens_per_turn"] = statistics.median(self._per_turn)
+        if self._latency:
+            ordered_latency = sorted(self._latency)
+            out["total_latency_p50_ms"] = percentile(ordered_latency, 0.5)
+            out["total_latency_p90_ms"] = percentile(ordered_latency, 0.9)
+            out["total_latency_p99_ms"] = percentile(ordered_latency, 0.99)
+            out["total_latency_mean_ms"] = statistics.fmean(self._latency)
+        return out
+
+
+def perf_summary(ng_perfs: Iterable[object]) -> dict[str, Any] | None:
+    """Summarise the ``ng_perf`` objects of a group of rows: one item per row, None for a row without.
+
+    Returns None when there are no rows or no item is a mapping (evidence.md §10).
+    """
+    accumulator = PerfAccumulator()
+    for item in ng_perfs:
+        accumulator.add(item)
+    return accumulator.result()
