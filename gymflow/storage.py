@@ -1,0 +1,499 @@
+"""The one front end to storage: local paths, ``file://``, ``s3://`` and ``memory://`` URLs.
+
+Every command reads and writes through these functions, so a results directory on S3 behaves like
+one on disk. Local paths take a fast path through ``os`` and stay rendered as the user gave them;
+anything else goes through fsspec with the per-protocol options set by :func:`configure`.
+
+Credentials are never hard-coded: without options, s3fs (through botocore) reads the usual
+``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_DEFAULT_REGION`` and ``AWS_ENDPOINT_URL``
+environment variables (``AWS_ENDPOINT_URL`` is honoured by this botocore; a test checks it).
+
+Failures are raised as :class:`~gymflow.errors.InputError` (a file to read is missing) or
+:class:`~gymflow.errors.StorageError` (anything else), naming the URL without credentials.
+"""
+
+from __future__ import annotations
+
+import copy
+import glob as _pyglob
+import hashlib
+import logging
+import os
+import re
+import tempfile
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager, suppress
+from typing import Any, BinaryIO, cast
+from urllib.parse import urlsplit, urlunsplit
+
+import fsspec  # type: ignore[import-untyped]
+from fsspec.core import url_to_fs  # type: ignore[import-untyped]
+
+from gymflow.errors import GymflowError, InputError, StorageError
+
+logger = logging.getLogger(__name__)
+
+CHUNK_SIZE = 8 * 2**20
+"""Bytes per read when streaming (hashing, line iteration)."""
+
+REMOTE_BLOCK_SIZE = 16 * 2**20
+"""Block size of files opened on object stores: few large requests instead of many small ones."""
+
+_PREFETCH = 2
+"""Range requests kept in flight when streaming from an object store."""
+
+_LOCAL_PROTOCOLS = frozenset({"file", "local"})
+_SCHEME = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
+_SECRET_NAME = re.compile(r"key|secret|token|password|credential|authorization|signature", re.IGNORECASE)
+_SECRET_QUERY_NAMES = frozenset({"sig", "x-amz-security-token", "awsaccesskeyid"})
+_BACKEND_MODULES = frozenset({"botocore", "aiobotocore", "aiohttp", "s3fs", "fsspec"})
+
+_options: dict[str, dict[str, Any]] = {}
+
+
+# -- configuration ---------------------------------------------------------------------------
+
+
+def configure(options: Mapping[str, Mapping[str, Any]]) -> None:
+    """Set the fsspec options per protocol, e.g. ``{"s3": {"endpoint_url": ..., "key": ...}}``.
+
+    Replaces any earlier configuration. The CLI calls it once from config; child processes
+    receive :func:`current_options` explicitly and call it again.
+    """
+    global _options
+    _options = {str(protocol): dict(values) for protocol, values in copy.deepcopy(dict(options)).items()}
+
+
+def current_options() -> dict[str, dict[str, Any]]:
+    """A copy of the options set by :func:`configure`."""
+    return copy.deepcopy(_options)
+
+
+def is_secret_name(name: str) -> bool:
+    """Whether a parameter or query-string name looks like it holds a secret."""
+    return bool(_SECRET_NAME.search(name)) or name.lower() in _SECRET_QUERY_NAMES
+
+
+# -- URLs ------------------------------------------------------------------------------------
+
+
+def _protocol(url: str) -> str:
+    match = _SCHEME.match(url)
+    return match.group(1).lower() if match else "file"
+
+
+def _local_path(url: str) -> str | None:
+    """The OS path of a local path or ``file://`` URL, or None for any other URL."""
+    match = _SCHEME.match(url)
+    if match is None:
+        return url
+    if match.group(1).lower() in _LOCAL_PROTOCOLS:
+        return url[match.end() :]
+    return None
+
+
+def _scrub(url: str) -> str:
+    """``url`` without user-info or secret-looking query parameters (unchanged if it has none)."""
+    if _SCHEME.match(url) is None:
+        return url
+    parts = urlsplit(url)
+    netloc = parts.netloc.rpartition("@")[2]
+    kept = [p for p in parts.query.split("&") if p and not is_secret_name(p.partition("=")[0])]
+    query = "&".join(kept)
+    if netloc == parts.netloc and query == parts.query:
+        return url
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def is_local(url: str) -> bool:
+    """Whether ``url`` is a local path or a ``file://`` URL."""
+    return _local_path(url) is not None
+
+
+def filesystem(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
+    """The fsspec filesystem for ``url`` (with the configured options) and the stripped path."""
+    protocol = _protocol(url)
+    options: dict[str, Any] = {}
+    if protocol not in _LOCAL_PROTOCOLS:
+        try:
+            cls = fsspec.get_filesystem_class(protocol)
+        except (ImportError, ValueError) as exc:
+            raise StorageError(f"{_scrub(url)}: unsupported storage protocol {protocol!r}") from exc
+        names = cls.protocol if isinstance(cls.protocol, tuple) else (cls.protocol,)
+        for name in (protocol, *names):
+            if name in _options:
+                options = dict(_options[name])
+                break
+    with _guard(url, "open filesystem for"):
+        fs, path = url_to_fs(url, **options)
+    return fs, cast(str, path)
+
+
+def join(base: str, *parts: str) -> str:
+    """Join path components onto ``base``, keeping its form (local path or URL)."""
+    local = _local_path(base)
+    if local is not None and _SCHEME.match(base) is None:
+        return os.path.join(base, *parts)
+    result = base
+    for part in parts:
+        piece = part.strip("/")
+        if piece:
+            result = f"{result.rstrip('/')}/{piece}"
+    return result
+
+
+def parent(url: str) -> str:
+    """The directory (or prefix) containing ``url``; a bucket or root is its own parent."""
+    match = _SCHEME.match(url)
+    if match is None:
+        return os.path.dirname(url.rstrip("/") or "/") or "."
+    scheme, rest = url[: match.end()], url[match.end() :]
+    stripped = rest.rstrip("/")
+    if "/" not in stripped:
+        return scheme + stripped
+    head = stripped.rsplit("/", 1)[0]
+    return scheme + (head or "/")
+
+
+def name(url: str) -> str:
+    """The last component of ``url`` (file name, or bucket name for a bare bucket)."""
+    return url.rstrip("/").rsplit("/", 1)[-1]
+
+
+def to_uri(url: str) -> str:
+    """The URI to put in records: absolute ``file://`` URLs locally, never with credentials."""
+    local = _local_path(url)
+    if local is not None:
+        return "file://" + os.path.abspath(local)
+    return _scrub(url)
+
+
+# -- errors ----------------------------------------------------------------------------------
+
+
+def _is_backend_error(exc: BaseException) -> bool:
+    module = type(exc).__module__.split(".", 1)[0]
+    return isinstance(exc, OSError) or module in _BACKEND_MODULES
+
+
+@contextmanager
+def _guard(url: str, action: str) -> Iterator[None]:
+    """Translate storage failures into gymflow errors that name ``url`` (without credentials)."""
+    try:
+        yield
+    except GymflowError:
+        raise
+    except FileNotFoundError as exc:
+        raise InputError(f"{_scrub(url)}: no such file or directory (while trying to {action} it)") from exc
+    except Exception as exc:
+        if not _is_backend_error(exc):
+            raise
+        raise StorageError(f"{_scrub(url)}: cannot {action} it: {exc}") from exc
+
+
+# -- metadata --------------------------------------------------------------------------------
+
+
+def exists(url: str) -> bool:
+    """Whether a file or directory (on S3: object, prefix or bucket) exists at ``url``."""
+    local = _local_path(url)
+    if local is not None:
+        return os.path.exists(local)
+    fs, path = filesystem(url)
+    with _guard(url, "check"):
+        fs.invalidate_cache(path)
+        return bool(fs.exists(path))
+
+
+def isfile(url: str) -> bool:
+    """Whether ``url`` is a regular file (on S3: an object)."""
+    local = _local_path(url)
+    if local is not None:
+        return os.path.isfile(local)
+    fs, path = filesystem(url)
+    with _guard(url, "check"):
+        fs.invalidate_cache(path)
+        return bool(fs.isfile(path))
+
+
+def isdir(url: str) -> bool:
+    """Whether ``url`` is a directory (on S3: an existing bucket, or a prefix with objects)."""
+    local = _local_path(url)
+    if local is not None:
+        return os.path.isdir(local)
+    fs, path = filesystem(url)
+    with _guard(url, "check"):
+        fs.invalidate_cache(path)
+        return bool(fs.isdir(path))
+
+
+def size(url: str) -> int:
+    """The size of the file at ``url`` in bytes."""
+    local = _local_path(url)
+    with _guard(url, "stat"):
+        if local is not None:
+            return os.path.getsize(local)
+        fs, path = filesystem(url)
+        fs.invalidate_cache(path)
+        return int(fs.size(path))
+
+
+def glob(pattern: str) -> list[str]:
+    """Sorted matches of ``pattern`` (``*``, ``?``, ``[..]``, ``**``), in the pattern's form."""
+    match = _SCHEME.match(pattern)
+    local = _local_path(pattern)
+    if local is not None:
+        prefix = pattern[: match.end()] if match else ""
+        return sorted(prefix + p for p in _pyglob.glob(local, recursive=True))
+    assert match is not None
+    scheme, rest = pattern[: match.end()], pattern[match.end() :]
+    fs, path = filesystem(pattern)
+    with _guard(pattern, "list"):
+        fs.invalidate_cache()
+        found = [str(p) for p in fs.glob(path)]
+    if not rest.startswith("/"):
+        found = [p.lstrip("/") for p in found]
+    return sorted(scheme + p for p in found)
+
+
+# -- reading ---------------------------------------------------------------------------------
+
+
+def open_read(url: str) -> BinaryIO:
+    """Open ``url`` for buffered binary reading; use it as a context manager."""
+    local = _local_path(url)
+    with _guard(url, "open"):
+        if local is not None:
+            return open(local, "rb", buffering=2**20)
+        fs, path = filesystem(url)
+        return cast(BinaryIO, fs.open(path, "rb", block_size=REMOTE_BLOCK_SIZE, cache_type="readahead"))
+
+
+def read_range(url: str, start: int, end: int) -> bytes:
+    """Bytes ``[start, end)`` of ``url`` (fewer if the file ends first)."""
+    if start < 0 or end < start:
+        raise ValueError(f"invalid byte range [{start}, {end}) for {_scrub(url)}")
+    if end == start:
+        return b""
+    local = _local_path(url)
+    with _guard(url, "read"):
+        if local is not None:
+            with open(local, "rb", buffering=0) as f:
+                f.seek(start)
+                return _read_exactly(f, end - start)
+        fs, path = filesystem(url)
+        return bytes(fs.cat_file(path, start=start, end=end))
+
+
+def _read_exactly(f: BinaryIO, count: int) -> bytes:
+    parts: list[bytes] = []
+    while count > 0:
+        data = f.read(count)
+        if not data:
+            break
+        parts.append(data)
+        count -= len(data)
+    return b"".join(parts)
+
+
+def _iter_chunks(url: str, start: int = 0) -> Iterator[bytes]:
+    """The bytes of ``url`` from ``start`` on, in chunks of about :data:`CHUNK_SIZE`."""
+    local = _local_path(url)
+    if local is not None:
+        with _guard(url, "read"), open(local, "rb", buffering=0) as f:
+            f.seek(start)
+            while chunk := f.read(CHUNK_SIZE):
+                yield chunk
+        return
+    fs, path = filesystem(url)
+    with _guard(url, "read"):
+        fs.invalidate_cache(path)
+        total = int(fs.size(path))
+    ranges = [(s, min(s + CHUNK_SIZE, total)) for s in range(start, total, CHUNK_SIZE)]
+
+    def fetch(byte_range: tuple[int, int]) -> bytes:
+        return bytes(fs.cat_file(path, start=byte_range[0], end=byte_range[1]))
+
+    # Keep a few range requests in flight so the network overlaps the caller's work.
+    pool = ThreadPoolExecutor(max_workers=_PREFETCH, thread_name_prefix="gymflow-read")
+    pending: list[Future[bytes]] = []
+    try:
+        for index in range(len(ranges)):
+            while len(pending) < _PREFETCH and index + len(pending) < len(ranges):
+                pending.append(pool.submit(fetch, ranges[index + len(pending)]))
+            with _guard(url, "read"):
+                chunk = pending.pop(0).result()
+            yield chunk
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+def iter_lines(url: str, start: int = 0, end: int | None = None) -> Iterator[tuple[int, bytes]]:
+    """Yield ``(offset, line)`` for every line that starts in ``[start, end)``.
+
+    A line starts at offset 0 or just after a ``\\n``; it includes its trailing ``\\n`` when it has
+    one, and is yielded whole even when it runs past ``end``. Ranges that tile a file therefore
+    yield every line exactly once. The file is streamed in chunks, never loaded whole.
+    """
+    if start < 0:
+        raise ValueError(f"invalid start offset {start} for {_scrub(url)}")
+    if end is not None and end <= start:
+        return
+    # Read from the byte before ``start``: a line starts at ``start`` only if that byte is ``\n``.
+    offset = max(start - 1, 0)
+    skipping = start > 0
+    line_start = offset
+    pending: list[bytes] = []
+    for chunk in _iter_chunks(url, offset):
+        i = 0
+        if skipping:
+            newline = chunk.find(b"\n")
+            if newline < 0:
+                offset += len(chunk)
+                continue
+            skipping = False
+            i = newline + 1
+            line_start = offset + i
+            if end is not None and line_start >= end:
+                return
+        while True:
+            newline = chunk.find(b"\n", i)
+            if newline < 0:
+                if i < len(chunk):
+                    pending.append(chunk[i:])
+                break
+            if pending:
+                pending.append(chunk[i : newline + 1])
+                line = b"".join(pending)
+                pending = []
+            else:
+                line = chunk[i : newline + 1]
+            yield line_start, line
+            i = newline + 1
+            line_start = offset + i
+            if end is not None and line_start >= end:
+                return
+        offset += len(chunk)
+    if pending:
+        yield line_start, b"".join(pending)
+
+
+def _next_line_start(url: str, position: int, total: int) -> int:
+    """The smallest line start at or after ``position`` (``total`` if there is none)."""
+    if position <= 0:
+        return 0
+    cursor = position - 1
+    window = 64 * 2**10
+    while cursor < total:
+        data = read_range(url, cursor, min(cursor + window, total))
+        newline = data.find(b"\n")
+        if newline >= 0:
+            return min(cursor + newline + 1, total)
+        cursor += len(data)
+        window = min(window * 4, CHUNK_SIZE)
+    return total
+
+
+def split_ranges(url: str, parts: int) -> list[tuple[int, int]]:
+    """Split ``url`` into about ``parts`` byte ranges whose boundaries are line starts.
+
+    The ranges tile ``[0, size)``; with :func:`iter_lines` semantics each line belongs to exactly
+    one range. Long lines can merge ranges, so fewer may come back; an empty file gives
+    ``[(0, 0)]``.
+    """
+    if parts < 1:
+        raise ValueError(f"parts must be at least 1, not {parts}")
+    total = size(url)
+    bounds = [0]
+    for index in range(1, parts):
+        target = total * index // parts
+        if target <= bounds[-1]:
+            continue
+        boundary = _next_line_start(url, target, total)
+        if bounds[-1] < boundary < total:
+            bounds.append(boundary)
+    bounds.append(total)
+    return list(zip(bounds[:-1], bounds[1:], strict=True))
+
+
+def sha256(url: str) -> tuple[str, int]:
+    """The lowercase hex SHA-256 of the bytes at ``url`` and their count, streamed."""
+    digest = hashlib.sha256()
+    count = 0
+    for chunk in _iter_chunks(url):
+        digest.update(chunk)
+        count += len(chunk)
+    return digest.hexdigest(), count
+
+
+# -- writing ---------------------------------------------------------------------------------
+
+
+def _fsync_dir(directory: str) -> None:
+    with suppress(OSError):
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _write_all(f: BinaryIO, chunks: Iterable[bytes]) -> None:
+    for chunk in chunks:
+        f.write(chunk)
+
+
+def _write_local_atomic(path: str, write: Callable[[BinaryIO], None]) -> None:
+    """Write through ``write`` to a temp file beside ``path``, fsync it, then rename it over."""
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    temp = os.path.join(directory, f".{os.path.basename(path)}.{uuid.uuid4().hex[:12]}.tmp")
+    # os.open with 0o666 lets the umask decide the mode, as for any newly created file.
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
+    try:
+        with os.fdopen(fd, "wb", buffering=2**20) as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        with suppress(FileNotFoundError):
+            os.unlink(temp)
+        raise
+    _fsync_dir(directory)
+
+
+def write_atomic(url: str, data: bytes) -> None:
+    """Replace ``url`` with ``data`` all at once: readers see the old or the new bytes, never a mix."""
+    local = _local_path(url)
+    with _guard(url, "write"):
+        if local is not None:
+            _write_local_atomic(local, lambda f: _write_all(f, (data,)))
+        else:
+            fs, path = filesystem(url)
+            fs.pipe_file(path, data)
+    logger.debug("wrote %d bytes to %s", len(data), _scrub(url))
+
+
+def write_atomic_lines(url: str, chunks: Iterable[bytes]) -> None:
+    """Like :func:`write_atomic`, streaming ``chunks``; if they raise, ``url`` is left untouched."""
+
+    def write_all(f: BinaryIO) -> None:
+        _write_all(f, chunks)
+
+    local = _local_path(url)
+    with _guard(url, "write"):
+        if local is not None:
+            _write_local_atomic(local, write_all)
+        else:
+            # Stage on local disk, then upload once: object stores have no rename, and a single
+            # put (multipart for big files) only becomes visible when complete.
+            with tempfile.TemporaryDirectory(prefix="gymflow-upload-") as staging:
+                temp = os.path.join(staging, "data")
+                with open(temp, "wb", buffering=2**20) as f:
+                    write_all(f)
+                fs, path = filesystem(url)
+                fs.put_file(temp, path)
+    logger.debug("wrote %s", _scrub(url))
