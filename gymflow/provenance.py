@@ -1,0 +1,248 @@
+"""Provenance records and the cache key (``spec/provenance.md`` §1 and §2).
+
+A record binds the reports a command wrote to the SHA-256 of every byte it read, the parameters
+it ran with and the versions of the code; it sits beside the primary output as
+``<stem>.provenance.json`` and is written last, atomically. The cache key is computed here, and
+only here, so the direct path and Prefect tasks agree on what is up to date.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import logging
+import platform
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Literal, NamedTuple
+
+import orjson
+
+from gymflow import __version__, storage
+from gymflow.errors import InputError, UsageError
+
+logger = logging.getLogger(__name__)
+
+SCHEMA = "gymflow.provenance/1"
+REDACTED = "<redacted>"
+RECORD_SUFFIX = ".provenance.json"
+TRACKED_PACKAGES = ("prefect", "pydantic", "fsspec", "s3fs", "orjson", "httpx")
+
+FileStatus = Literal["ok", "changed", "missing"]
+OrchestratorKind = Literal["prefect", "direct"]
+
+
+@dataclass(frozen=True)
+class FileDigest:
+    """One file as a record lists it: normalised URI, lowercase hex SHA-256 and size in bytes."""
+
+    uri: str
+    sha256: str
+    bytes: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"uri": self.uri, "sha256": self.sha256, "bytes": self.bytes}
+
+
+class FileCheck(NamedTuple):
+    """The result of re-hashing one file a record lists."""
+
+    uri: str
+    status: FileStatus
+
+
+def digest(url: str) -> FileDigest:
+    """Hash the file at ``url`` (streamed) and name it by its record URI."""
+    sha, count = storage.sha256(url)
+    return FileDigest(uri=storage.to_uri(url), sha256=sha, bytes=count)
+
+
+def redact(params: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of ``params`` with secrets removed, at any depth.
+
+    Values under secret-looking keys (``*key*``, ``*secret*``, ``*token*``, ``*password*``,
+    ``*credential*``, ``authorization``) become ``"<redacted>"``; URL-looking strings lose their
+    user-info and secret query parameters.
+    """
+    return {str(k): _redact_value(str(k), v) for k, v in params.items()}
+
+
+def _redact_value(key: str | None, value: Any) -> Any:
+    if key is not None and storage.is_secret_name(key) and value is not None:
+        return REDACTED
+    if isinstance(value, Mapping):
+        return redact(value)
+    if isinstance(value, list | tuple):
+        return [_redact_value(None, item) for item in value]
+    if isinstance(value, str) and "://" in value:
+        return storage.to_uri(value) if not storage.is_local(value) else value
+    return value
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, set | frozenset):
+        return sorted(value)
+    dump = getattr(value, "model_dump", None)
+    if callable(dump):
+        return dump(mode="json")
+    if hasattr(value, "__fspath__"):
+        return str(value)
+    raise TypeError(f"cannot encode {type(value).__name__} as JSON")
+
+
+def canonical_json(obj: Any) -> bytes:
+    """Canonical JSON: sorted keys, no whitespace, UTF-8."""
+    return orjson.dumps(obj, default=_json_default, option=orjson.OPT_SORT_KEYS)
+
+
+def cache_key(
+    command: str,
+    parameters: Mapping[str, Any],
+    inputs: Sequence[tuple[str, str]],
+    verifier: Mapping[str, Any] | None = None,
+) -> str:
+    """``"sha256:" + hex`` over the command, gymflow version, parameters, inputs and verifier.
+
+    ``parameters`` must be the output-affecting ones only (the caller leaves out workers,
+    progress, log level). ``inputs`` are ``(role, sha256)`` pairs; their order and the files'
+    paths do not matter. Parameters and verifier are redacted first, so a key never depends on
+    (or leaks) a secret: do not give an output-affecting setting a secret-looking name.
+    """
+    payload = {
+        "schema": SCHEMA,
+        "command": command,
+        "gymflow": __version__,
+        "parameters": redact(parameters),
+        "inputs": sorted([str(role), str(sha)] for role, sha in inputs),
+        "verifier": None if verifier is None else redact(verifier),
+    }
+    return "sha256:" + hashlib.sha256(canonical_json(payload)).hexdigest()
+
+
+def record_path(primary_output_url: str) -> str:
+    """Where the record of ``primary_output_url`` lives: ``<stem>.provenance.json`` beside it."""
+    base = storage.name(primary_output_url)
+    stem = base.rsplit(".", 1)[0] if "." in base.lstrip(".") else base
+    prefix = primary_output_url.rstrip("/")[: -len(base)]
+    return prefix + stem + RECORD_SUFFIX
+
+
+def timestamp(moment: datetime | None = None) -> str:
+    """``moment`` (default: now) as ISO-8601 UTC with milliseconds and ``Z``."""
+    moment = datetime.now(UTC) if moment is None else moment
+    if moment.tzinfo is None:
+        raise UsageError(f"timestamp {moment.isoformat()} has no timezone; pass an aware datetime")
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+def code_versions() -> dict[str, Any]:
+    """gymflow's and Python's versions and those of the packages that shape the outputs."""
+    packages: dict[str, str] = {}
+    for package in TRACKED_PACKAGES:
+        try:
+            packages[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return {"gymflow": __version__, "python": platform.python_version(), "packages": packages}
+
+
+def build_record(
+    command: str,
+    cache_key: str,
+    inputs: Sequence[FileDigest],
+    outputs: Sequence[FileDigest],
+    parameters: Mapping[str, Any],
+    orchestrator: Mapping[str, Any],
+    started_at: datetime | str,
+    finished_at: datetime | str,
+    verifier: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The record as a dict, keys in the order of the spec's example, secrets redacted."""
+    kind = orchestrator.get("kind")
+    if kind not in ("prefect", "direct"):
+        raise UsageError(f"orchestrator kind must be 'prefect' or 'direct', not {kind!r}")
+    return {
+        "schema": SCHEMA,
+        "command": command,
+        "cache_key": cache_key,
+        "inputs": [d.to_json() for d in inputs],
+        "outputs": [d.to_json() for d in outputs],
+        "parameters": orjson.loads(canonical_json(redact(parameters))),
+        "code": code_versions(),
+        "verifier": None if verifier is None else redact(verifier),
+        "orchestrator": redact(orchestrator),
+        "started_at": started_at if isinstance(started_at, str) else timestamp(started_at),
+        "finished_at": finished_at if isinstance(finished_at, str) else timestamp(finished_at),
+    }
+
+
+def write_record(url: str, record: Mapping[str, Any]) -> None:
+    """Write ``record`` to ``url`` atomically as indent-2 JSON; call it after every output."""
+    data = orjson.dumps(record, default=_json_default, option=orjson.OPT_INDENT_2) + b"\n"
+    storage.write_atomic(url, data)
+    logger.info("wrote provenance record %s", storage.to_uri(url))
+
+
+def read_record(url: str) -> dict[str, Any] | None:
+    """The record at ``url``, or None if there is none; a malformed one is an InputError."""
+    if not storage.isfile(url):
+        return None
+    with storage.open_read(url) as f:
+        raw = f.read()
+    try:
+        record = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise InputError.at(storage.to_uri(url), None, None, f"not a JSON provenance record: {exc}") from exc
+    if not isinstance(record, dict) or record.get("schema") != SCHEMA:
+        raise InputError.at(storage.to_uri(url), None, "schema", f"not a {SCHEMA} record")
+    for role in ("inputs", "outputs"):
+        entries = record.get(role)
+        if not isinstance(entries, list) or not all(_is_entry(e) for e in entries):
+            raise InputError.at(storage.to_uri(url), None, role, "must be a list of {uri, sha256, bytes}")
+    return record
+
+
+def _is_entry(entry: Any) -> bool:
+    return (
+        isinstance(entry, dict)
+        and isinstance(entry.get("uri"), str)
+        and isinstance(entry.get("sha256"), str)
+        and isinstance(entry.get("bytes"), int)
+    )
+
+
+def _check(entry: Mapping[str, Any]) -> FileStatus:
+    """Compare one listed file with its bytes now; a size mismatch skips the hashing."""
+    uri: str = entry["uri"]
+    if not storage.isfile(uri):
+        return "missing"
+    if storage.size(uri) != entry["bytes"]:
+        return "changed"
+    sha, _ = storage.sha256(uri)
+    return "ok" if sha == entry["sha256"] else "changed"
+
+
+def up_to_date(record_url: str, cache_key: str) -> bool:
+    """Whether the record at ``record_url`` has ``cache_key`` and every output still matches it."""
+    try:
+        record = read_record(record_url)
+    except InputError as exc:
+        logger.warning("ignoring unreadable provenance record: %s", exc)
+        return False
+    if record is None or record.get("cache_key") != cache_key:
+        return False
+    for entry in record["outputs"]:
+        status = _check(entry)
+        if status != "ok":
+            logger.info("output %s is %s since %s was written", entry["uri"], status, record_url)
+            return False
+    return True
+
+
+def verify(record_url: str) -> list[FileCheck]:
+    """Re-hash every input and output the record lists: ``ok``, ``changed`` or ``missing`` each."""
+    record = read_record(record_url)
+    if record is None:
+        raise InputError.at(storage.to_uri(record_url), None, None, "no provenance record here")
+    return [FileCheck(e["uri"], _check(e)) for e in [*record["inputs"], *record["outputs"]]]
