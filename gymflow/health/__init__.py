@@ -1,0 +1,42 @@
+"""Rollout health checks (spec ``health.md``): is each rollout's evidence complete and consistent?
+
+Checks are small pure functions in a registry keyed by stable ids; the runner evaluates byte
+ranges of the input (serially or in a process pool), reduces the rows and writes two reports.
+"""
+
+from gymflow.health._registry import CHECK_IDS, ROLLOUT_CHECK_IDS, TASK_CHECK_IDS, normalize_ignored
+from gymflow.health._report import HealthReport, build_report
+from gymflow.health._run import HealthOutcome, cache_key, record_outputs, run_health
+from gymflow.health._runner import (
+    ByteRange,
+    HealthPlan,
+    RangeResult,
+    default_workers,
+    evaluate_all,
+    evaluate_range,
+    finish,
+    plan,
+    report_dir_for,
+)
+
+__all__ = [
+    "CHECK_IDS",
+    "ROLLOUT_CHECK_IDS",
+    "TASK_CHECK_IDS",
+    "ByteRange",
+    "HealthOutcome",
+    "HealthPlan",
+    "HealthReport",
+    "RangeResult",
+    "build_report",
+    "cache_key",
+    "default_workers",
+    "evaluate_all",
+    "evaluate_range",
+    "finish",
+    "normalize_ignored",
+    "plan",
+    "record_outputs",
+    "report_dir_for",
+    "run_health",
+]

@@ -1,0 +1,226 @@
+"""The ``ng_trajectory`` contract (health spec §2.4) as pydantic models.
+
+pydantic's lax mode is the reference's own coercion table (``"500"`` is a status code, ``"yes"``
+a boolean, ``"1e3"`` not an integer), so validating with pydantic reproduces it exactly. Every
+object rejects unknown keys except :class:`ModelServerRef`, which ignores and drops them.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+MAX_FREE_FORM_DEPTH = 255
+"""Deepest free-form value the reference can serialise; deeper ones make a trajectory unreadable."""
+
+NonNegative = Annotated[float, Field(ge=0)]
+Count = Annotated[int, Field(ge=0)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ModelServerRef(BaseModel):
+    """Which model server answered; only the policy-model type is accepted."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    type: Literal["responses_api_models"]
+    name: str
+
+
+class ModelCallRef(_Strict):
+    """A reference from a turn or invocation to a captured call."""
+
+    model_call_id: str | None = None
+    model_ref: ModelServerRef | None = None
+    response_id: str | None = None
+
+    @model_validator(mode="after")
+    def _identifies_a_call(self) -> ModelCallRef:
+        if not self.model_call_id and not (self.model_ref is not None and self.response_id):
+            raise ValueError("a model-call reference needs model_call_id, or model_ref and response_id")
+        return self
+
+
+class ResponseMetadata(_Strict):
+    response_id: str | None = None
+    model: str | None = None
+    dialect: str | None = None
+    response_status: str | None = None
+    finish_reason: str | None = None
+    local_response_reason: str | None = None
+    error_category: str | None = None
+    model_ref: ModelServerRef | None = None
+    status_code: int | None = None
+    upstream_status_code: int | None = None
+    upstream_attempted: bool | None = None
+    response_source: Literal["upstream", "local"] | None = None
+    latency_ttft_ms: NonNegative | None = None
+
+
+class TokenStats(_Strict):
+    prompt_tokens: Count | None = None
+    completion_tokens: Count | None = None
+    reasoning_tokens: Count | None = None
+    total_tokens: Count | None = None
+    cached_tokens: Count | None = None
+
+
+class TrajectoryModelCall(_Strict):
+    model_call_id: str | None = None
+    started_at: float | None = None
+    completed_at: float | None = None
+    duration_ms: NonNegative | None = None
+    request: Any = None
+    response: Any = None
+    response_metadata: ResponseMetadata = Field(default_factory=ResponseMetadata)
+    token_stats: TokenStats = Field(default_factory=TokenStats)
+
+
+class TrajectoryTurn(_Strict):
+    invocation_id: str
+    task_id: str
+    rollout_id: str
+    turn_no: Annotated[int, Field(ge=1)]
+    timestamp: float
+    question: Any = None
+    answer: Any = None
+    reasoning_content: Any = None
+    resolved: bool | None = None
+    step_count: Count
+    model_calls: list[ModelCallRef] = Field(default_factory=list)
+
+
+class _ConversationItem(BaseModel):
+    """A Responses-API input item. Only its being an object with a string ``type`` or ``role`` is
+    checked: the per-item schemas of the reference are not reproduced (see README, known gaps)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str | None = None
+    role: str | None = None
+
+    @model_validator(mode="after")
+    def _typed(self) -> _ConversationItem:
+        if self.type is None and self.role is None:
+            raise ValueError("a conversation item needs a type or a role")
+        return self
+
+
+class AgentInvocation(_Strict):
+    kind: Literal["agent_invocation"] = "agent_invocation"
+    invocation_id: str
+    parent_invocation_id: str | None = None
+    spawned_by_tool_call_id: str | None = None
+    error_type: str | None = None
+    status: Literal["completed", "failed", "incomplete", "unknown"] = "unknown"
+    duration_ms: NonNegative | None = None
+    model_calls: list[ModelCallRef] = Field(default_factory=list)
+    conversation: list[_ConversationItem] = Field(default_factory=list)
+
+
+class TrajectoryToolCall(_Strict):
+    kind: Literal["tool_call"] = "tool_call"
+    invocation_id: str
+    tool_call_id: str
+    sandbox_id: str | None = None
+    tool_name: str | None = None
+    error_type: str | None = None
+    started_at: float | None = None
+    completed_at: float | None = None
+    duration_ms: NonNegative | None = None
+    timing_source: Literal["executor", "artifact", "harness"] | None = None
+    status: Literal["completed", "failed", "timeout", "cancelled", "incomplete", "unknown"] = "unknown"
+    output: Any = None
+
+    @model_validator(mode="after")
+    def _ordered(self) -> TrajectoryToolCall:
+        if self.started_at is not None and self.completed_at is not None:
+            if self.completed_at < self.started_at:
+                raise ValueError("completed_at precedes started_at")
+        return self
+
+
+class ObservationGap(_Strict):
+    code: str
+    invocation_id: str | None = None
+    detail: str | None = None
+
+
+class TrajectoryRecord(_Strict):
+    """The canonical trajectory of one rollout (``ng_trajectory``)."""
+
+    schema_version: Literal["1.0"] = "1.0"
+    task_id: str
+    rollout_id: str
+    invocations: list[AgentInvocation] = Field(default_factory=list)
+    turns: list[TrajectoryTurn] = Field(default_factory=list)
+    model_calls: list[TrajectoryModelCall] = Field(default_factory=list)
+    tool_calls: list[TrajectoryToolCall] = Field(default_factory=list)
+    gaps: list[ObservationGap] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TrajectoryRecord:
+        invocation_ids = [invocation.invocation_id for invocation in self.invocations]
+        if len(set(invocation_ids)) != len(invocation_ids):
+            raise ValueError("invocation_id values must be unique")
+        call_ids = [call.model_call_id for call in self.model_calls if call.model_call_id]
+        if len(set(call_ids)) != len(call_ids):
+            raise ValueError("model_call_id values must be unique")
+        turn_keys = set()
+        for turn in self.turns:
+            if turn.task_id != self.task_id or turn.rollout_id != self.rollout_id:
+                raise ValueError("every turn must belong to the trajectory's task and rollout")
+            key = (turn.invocation_id, turn.turn_no)
+            if key in turn_keys:
+                raise ValueError("(invocation_id, turn_no) must be unique")
+            turn_keys.add(key)
+        return self
+
+
+class TrajectoryUnreadable(Exception):
+    """``ng_trajectory`` is present but not a valid trajectory; ``error`` is the reference's name."""
+
+    def __init__(self, error: Literal["ValidationError", "ValueError"], message: str) -> None:
+        super().__init__(message)
+        self.error = error
+
+
+def _depth_exceeds(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests deeper than ``limit`` levels (every container or scalar is one)."""
+    if limit <= 0:
+        return True
+    if isinstance(value, dict):
+        return any(_depth_exceeds(item, limit - 1) for item in value.values())
+    if isinstance(value, list):
+        return any(_depth_exceeds(item, limit - 1) for item in value)
+    return False
+
+
+def _free_form_values(record: TrajectoryRecord) -> list[Any]:
+    values: list[Any] = []
+    for turn in record.turns:
+        values += (turn.question, turn.answer, turn.reasoning_content)
+    for call in record.model_calls:
+        values += (call.request, call.response)
+    values += (tool.output for tool in record.tool_calls)
+    for invocation in record.invocations:
+        values += (item.model_extra for item in invocation.conversation)
+    return values
+
+
+def validate_trajectory(raw: Any) -> TrajectoryRecord:
+    """Validate a parsed ``ng_trajectory`` value; raise :class:`TrajectoryUnreadable` if invalid."""
+    try:
+        record = TrajectoryRecord.model_validate(raw)
+    except ValidationError as exc:
+        raise TrajectoryUnreadable("ValidationError", str(exc)) from None
+    # The reference serialises the record after validating it; its serialiser gives up on values
+    # nested deeper than 255 levels with a ValueError.
+    for value in _free_form_values(record):
+        if isinstance(value, (dict, list)) and _depth_exceeds(value, MAX_FREE_FORM_DEPTH):
+            raise TrajectoryUnreadable("ValueError", "a free-form value is nested too deeply")
+    return record

@@ -1,0 +1,226 @@
+"""Evaluating one record: parsing, identity, the gating ladder and per-row statistics (spec §2-§3).
+
+A worker evaluates a line knowing only its position inside its byte range; the runner later fixes
+what depends on the lines before it (ordinal, physical line number) in :meth:`RowResult.place`.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from gymflow.evidence import TrajectoryRecord, TrajectoryUnreadable, validate_trajectory
+from gymflow.health import _checks  # noqa: F401  (registers the trajectory checks)
+from gymflow.health._checks import failed_chains
+from gymflow.health._evidence import Evidence, transcript_usage
+from gymflow.health._predicates import is_failed, is_successful
+from gymflow.health._registry import ROLLOUT_CHECK_IDS, TRAJECTORY_CHECKS, Finding, finding
+
+Identity = int | str
+_ASCII_WHITESPACE = b" \t\n\r\x0b\x0c"
+_IDENTITY_FIELDS = ("_ng_task_index", "_ng_rollout_index", "stage_index")
+_TWO_POW_63 = 2**63
+
+
+class _InvalidIdentity(Exception):
+    pass
+
+
+def _identity_value(value: Any) -> Identity:
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, (int, str)):
+        return value
+    if isinstance(value, float) and value.is_integer() and abs(value) < _TWO_POW_63:
+        return int(value)
+    raise _InvalidIdentity
+
+
+@dataclass(slots=True)
+class RowStats:
+    """A row's contribution to ``run.stats`` and ``run.artifacts.captures``."""
+
+    captures: bool = False
+    failed_statuses: list[str] = field(default_factory=list)
+    ended_on_error: bool = False
+    replayed: int = 0
+    prompt: int = 0
+    completion: int = 0
+    capture_prompt: int = 0
+    capture_completion: int = 0
+
+
+@dataclass(slots=True)
+class RowResult:
+    """Everything the runner needs of one non-blank line; small and picklable."""
+
+    line_number: int
+    ordinal: int
+    task: Identity | None
+    rollout: Identity
+    stage: Identity | None
+    rollout_id: str | None
+    rollout_text: str
+    findings: list[Finding]
+    unobserved: list[str]
+    unreadable: dict[str, Any] | None = None
+    stats: RowStats = field(default_factory=RowStats)
+    policy_complete: bool = False
+    successful_calls: int = 0
+
+    def place(self, source_index: int, source_file: str, line_offset: int, ordinal_offset: int) -> None:
+        """Fix the line number and ordinal once the lines before this range are counted."""
+        self.line_number += line_offset
+        self.ordinal += ordinal_offset
+        if self.unreadable is not None:
+            self.task = f"__unreadable_record__:input-{source_index}:line-{self.line_number}"
+            self.rollout_id = f"{self.task}-0"
+            for item in self.findings:
+                if item["check"] == "record_unreadable":
+                    item["locator"] = {"source_file": source_file, "line": self.line_number}
+        elif self.task is None:
+            self.task = self.ordinal
+            if self.rollout_id is None:
+                self.rollout_id = f"{self.ordinal}-{self.rollout_text}"
+
+
+def is_blank(line: bytes) -> bool:
+    return not line.strip(_ASCII_WHITESPACE)
+
+
+def _unreadable_row(
+    line_number: int, ordinal: int, detail: dict[str, Any], ignored: frozenset[str]
+) -> RowResult:
+    findings: list[Finding] = []
+    if "record_unreadable" not in ignored:
+        findings.append({"check": "record_unreadable", "locator": None, "detail": detail})
+    unobserved = [c for c in ROLLOUT_CHECK_IDS if c != "record_unreadable" and c not in ignored]
+    return RowResult(line_number, ordinal, None, 0, None, None, "0", findings, unobserved, detail)
+
+
+def _call_identity(call: Any) -> str | None:
+    meta = call.response_metadata
+    if call.model_call_id:
+        return f"call:{call.model_call_id}"
+    if meta.response_id:
+        if meta.model_ref is not None:
+            return f"response:{meta.model_ref.type}:{meta.model_ref.name}:{meta.response_id}"
+        return f"response::{meta.response_id}"
+    return None
+
+
+def _collect_stats(stats: RowStats, trajectory: TrajectoryRecord | None) -> None:
+    calls = trajectory.model_calls if trajectory is not None else []
+    stats.captures = bool(calls)
+    for call in calls:
+        if is_failed(call):
+            status = call.response_metadata.status_code
+            stats.failed_statuses.append("unknown" if status is None else str(status))
+        stats.capture_prompt += call.token_stats.prompt_tokens or 0
+        stats.capture_completion += call.token_stats.completion_tokens or 0
+    stats.ended_on_error = bool(failed_chains(calls))
+    identities = Counter(identity for identity in map(_call_identity, calls) if identity is not None)
+    stats.replayed = sum(count - 1 for count in identities.values())
+
+
+def evaluate_line(line: bytes, line_number: int, ordinal: int, ignored: frozenset[str]) -> RowResult:
+    """Evaluate one non-blank line; ``line_number``/``ordinal`` may be range-local (see ``place``)."""
+    try:
+        record = orjson.loads(line.strip(_ASCII_WHITESPACE))
+    except orjson.JSONDecodeError:
+        return _unreadable_row(
+            line_number,
+            ordinal,
+            {"reason": "rollout record is unreadable", "error": "JSONDecodeError"},
+            ignored,
+        )
+    if not isinstance(record, dict):
+        return _unreadable_row(
+            line_number, ordinal, {"reason": "rollout record is unreadable", "error": "ValueError"}, ignored
+        )
+
+    identity: dict[str, Identity | None] = {}
+    invalid: list[str] = []
+    for name in _IDENTITY_FIELDS:
+        if name not in record or (name == "stage_index" and record[name] is None):
+            identity[name] = None
+            continue
+        try:
+            identity[name] = _identity_value(record[name])
+        except _InvalidIdentity:
+            invalid.append(name)
+    if invalid:  # gymflow (spec §9 D1): one bad identity costs one row, not the run
+        detail = {"reason": "rollout identity is unreadable", "error": "ValidationError", "fields": invalid}
+        return _unreadable_row(line_number, ordinal, detail, ignored)
+
+    raw_trajectory = record.get("ng_trajectory")
+    raw_task = record.get("_ng_task_index", None)
+    raw_rollout = record.get("_ng_rollout_index", 0)
+    rollout_id: Any = record.get("_ng_rollout_id") or (
+        raw_trajectory.get("rollout_id") if isinstance(raw_trajectory, dict) else None
+    )
+    rollout_value = identity["_ng_rollout_index"]
+    row = RowResult(
+        line_number=line_number,
+        ordinal=ordinal,
+        task=identity["_ng_task_index"],
+        rollout=0 if rollout_value is None else rollout_value,
+        stage=identity["stage_index"],
+        rollout_id=str(rollout_id) if rollout_id else None,
+        rollout_text=str(raw_rollout),
+        findings=[],
+        unobserved=[],
+    )
+    if row.rollout_id is None and "_ng_task_index" in record:
+        row.rollout_id = f"{raw_task}-{raw_rollout}"
+
+    usage = transcript_usage(record)
+    row.stats.prompt, row.stats.completion = usage[0] or 0, usage[1] or 0
+
+    trajectory: TrajectoryRecord | None = None
+    trajectory_error: str | None = None
+    if raw_trajectory is not None:
+        try:
+            trajectory = validate_trajectory(raw_trajectory)
+        except TrajectoryUnreadable as exc:
+            trajectory_error = exc.error
+    if trajectory is not None and any(gap.code == "trajectory_projection_failed" for gap in trajectory.gaps):
+        trajectory = None
+    evidence = Evidence(trajectory, usage) if trajectory is not None else None
+    _collect_stats(row.stats, trajectory)
+    if evidence is not None:
+        view = evidence.turn_view
+        row.policy_complete = view.complete and evidence.scope_complete
+        row.successful_calls = sum(is_successful(evidence.calls[p]) for p in view.bound)
+
+    for check_id in ROLLOUT_CHECK_IDS:
+        if check_id in ignored:
+            continue
+        if check_id == "check_execution_error":
+            continue  # its findings are placed where the failing check stands
+        if check_id == "record_unreadable":
+            if trajectory_error is not None:
+                detail = {"reason": "canonical trajectory is unreadable", "error": trajectory_error}
+                row.findings.append(finding("record_unreadable", detail))
+            continue
+        if check_id == "rollout_duplicate_identity":
+            continue  # decided by the runner's post-pass
+        check = TRAJECTORY_CHECKS[check_id]
+        if evidence is None or not check.observable(evidence):
+            row.unobserved.append(check_id)
+            continue
+        try:
+            row.findings.extend(check.evaluate(evidence))
+        except Exception as exc:  # noqa: BLE001 - a defective check must not stop the run
+            row.unobserved.append(check_id)
+            if "check_execution_error" not in ignored:
+                detail = {
+                    "reason": "check raised an unexpected exception",
+                    "failed_check": check_id,
+                    "error": type(exc).__name__,
+                }
+                row.findings.append(finding("check_execution_error", detail))
+    return row

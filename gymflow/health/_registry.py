@@ -1,0 +1,89 @@
+"""The check registry: stable ids in registry order, each rollout check a small pure function.
+
+Registry order governs the order of ``unobserved`` ids, of findings, of coverage and of issues.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+from gymflow.errors import UnknownCheckError
+
+if TYPE_CHECKING:
+    from gymflow.health._evidence import Evidence
+
+Finding = dict[str, Any]
+Gate = Callable[["Evidence"], bool]
+Evaluate = Callable[["Evidence"], list[Finding]]
+
+CHECK_IDS: tuple[str, ...] = (
+    "check_execution_error",
+    "record_unreadable",
+    "rollout_duplicate_identity",
+    "rollout_missing_agent_turns",
+    "rollout_ended_on_failed_model_call",
+    "agent_turn_hollow",
+    "model_call_zero_completion_tokens",
+    "model_call_missing_token_counts",
+    "trajectory_capture_mismatch",
+    "model_call_failed",
+    "rollout_token_count_mismatch",
+    "model_call_runaway_generation",
+    "task_consistently_unhealthy",
+    "task_no_successful_model_calls",
+)
+ROLLOUT_CHECK_IDS = CHECK_IDS[:12]
+TASK_CHECK_IDS = CHECK_IDS[12:]
+TRAJECTORY_CHECK_IDS = CHECK_IDS[3:12]
+
+
+@dataclass(frozen=True, slots=True)
+class TrajectoryCheck:
+    """A rollout check over an observed trajectory: ``observable`` gates, ``evaluate`` finds."""
+
+    id: str
+    observable: Gate
+    evaluate: Evaluate
+
+
+_checks: dict[str, TrajectoryCheck] = {}
+TRAJECTORY_CHECKS: Mapping[str, TrajectoryCheck] = MappingProxyType(_checks)
+
+
+def trajectory_check(check_id: str, observable: Gate) -> Callable[[Evaluate], Evaluate]:
+    """Register ``evaluate`` as the trajectory check ``check_id``."""
+    if check_id not in TRAJECTORY_CHECK_IDS:
+        raise ValueError(f"{check_id!r} is not a trajectory check id")
+
+    def register(evaluate: Evaluate) -> Evaluate:
+        if check_id in _checks:
+            raise ValueError(f"check {check_id!r} is already registered")
+        _checks[check_id] = TrajectoryCheck(check_id, observable, evaluate)
+        return evaluate
+
+    return register
+
+
+def finding(check: str, detail: dict[str, Any], locator: dict[str, Any] | None = None) -> Finding:
+    if locator is None:
+        return {"check": check, "detail": detail}
+    return {"check": check, "locator": locator, "detail": detail}
+
+
+def normalize_ignored(ignored: str | Iterable[str] | None) -> tuple[str, ...]:
+    """Trim, drop empties, de-duplicate (first kept) and validate ignored check ids (spec §6.4)."""
+    if ignored is None:
+        return ()
+    items = ignored.split(",") if isinstance(ignored, str) else list(ignored)
+    result: list[str] = []
+    for item in items:
+        item = item.strip()
+        if item and item not in result:
+            result.append(item)
+    unknown = sorted(set(result) - set(CHECK_IDS))
+    if unknown:
+        raise UnknownCheckError(f"Unknown rollout health check(s): {', '.join(unknown)}")
+    return tuple(result)

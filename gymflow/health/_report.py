@@ -1,0 +1,204 @@
+"""From evaluated rows to the two report files (spec §6-§7): duplicates, verdicts, tasks, summary.
+
+Runs once, in the parent, over rows in input order; the bytes it produces do not depend on how
+the rows were evaluated.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gymflow.health._evaluate import Identity, RowResult
+from gymflow.health._registry import CHECK_IDS, ROLLOUT_CHECK_IDS, TASK_CHECK_IDS
+
+Verdict = str
+
+
+@dataclass(frozen=True, slots=True)
+class HealthReport:
+    """The outcome of one health run: the summary object and both files' bytes."""
+
+    summary: dict[str, Any]
+    summary_bytes: bytes
+    verdict_bytes: bytes
+    ignored: tuple[str, ...]
+
+    def console_line(self) -> str:
+        run = self.summary["run"]
+        counts = run["verdicts"]
+        line = (
+            f"Rollout health: {run['artifacts']['records']} checked, {counts['healthy']} healthy, "
+            f"{counts['unhealthy']} unhealthy, {counts['unobserved']} unobserved"
+        )
+        if self.ignored:
+            line += f" (ignored: {', '.join(sorted(self.ignored))})"
+        return line
+
+
+def _order(value: Identity | None) -> tuple[int, int | str]:
+    if isinstance(value, int):
+        return (0, value)
+    return (1, "None" if value is None else value)
+
+
+def _verdict(row: RowResult) -> Verdict:
+    if row.findings:
+        return "unhealthy"
+    return "unobserved" if row.unobserved else "healthy"
+
+
+def _mark_duplicates(rows: Sequence[RowResult]) -> None:
+    groups: dict[tuple[Any, ...], list[RowResult]] = defaultdict(list)
+    for row in rows:
+        groups[(_order(row.stage), _order(row.task), _order(row.rollout))].append(row)
+    for members in groups.values():
+        if len(members) > 1:
+            for row in members:
+                row.findings.append(
+                    {"check": "rollout_duplicate_identity", "detail": {"duplicate_count": len(members)}}
+                )
+
+
+def _task_entry(
+    copies_by_rollout: dict[Identity, list[tuple[RowResult, Verdict]]], ignored: frozenset[str]
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """A task's counts and flags, and each task check's coverage state."""
+    repeats = []
+    for copies in copies_by_rollout.values():
+        verdicts = {verdict for _, verdict in copies}
+        repeats.append(
+            (
+                verdicts.pop() if len(verdicts) == 1 else "unobserved",
+                all(row.policy_complete for row, _ in copies),
+                max(row.successful_calls for row, _ in copies),
+            )
+        )
+    coverage: dict[str, str] = {}
+    flags: list[str] = []
+    if "task_consistently_unhealthy" in ignored:
+        coverage["task_consistently_unhealthy"] = "ignored"
+    else:
+        computable = [verdict for verdict, _, _ in repeats if verdict != "unobserved"]
+        coverage["task_consistently_unhealthy"] = "evaluated" if len(computable) >= 2 else "unobserved"
+        if len(computable) >= 2 and all(verdict == "unhealthy" for verdict in computable):
+            flags.append("task_consistently_unhealthy")
+    if "task_no_successful_model_calls" in ignored:
+        coverage["task_no_successful_model_calls"] = "ignored"
+    elif all(complete for _, complete, _ in repeats):
+        coverage["task_no_successful_model_calls"] = "evaluated"
+        if not any(successful for _, _, successful in repeats):
+            flags.append("task_no_successful_model_calls")
+    else:
+        coverage["task_no_successful_model_calls"] = "unobserved"
+    counts = Counter(verdict for verdict, _, _ in repeats)
+    entry = {
+        "repeats": len(repeats),
+        "healthy": counts["healthy"],
+        "unhealthy": counts["unhealthy"],
+        "unobserved": counts["unobserved"],
+        "flags": flags,
+    }
+    return entry, coverage
+
+
+def build_report(rows: list[RowResult], ignored: tuple[str, ...]) -> HealthReport:
+    """Reduce rows (in input order, already placed) to the summary and report bytes."""
+    ignored_set = frozenset(ignored)
+    if "rollout_duplicate_identity" not in ignored_set:
+        _mark_duplicates(rows)
+    verdicts = [_verdict(row) for row in rows]
+
+    coverage = {check: {"evaluated": 0, "unobserved": 0, "ignored": 0} for check in CHECK_IDS}
+    issues = dict.fromkeys(CHECK_IDS, 0)
+    for row in rows:
+        unobserved = set(row.unobserved)
+        for check in ROLLOUT_CHECK_IDS:
+            state = (
+                "ignored" if check in ignored_set else "unobserved" if check in unobserved else "evaluated"
+            )
+            coverage[check][state] += 1
+        for item in row.findings:
+            issues[item["check"]] += 1
+
+    by_task: dict[Identity, dict[Identity, list[tuple[RowResult, Verdict]]]] = defaultdict(
+        lambda: defaultdict(list)
+    )
+    for row, verdict in zip(rows, verdicts, strict=True):
+        assert row.task is not None
+        by_task[row.task][row.rollout].append((row, verdict))
+    int_tasks = sorted((t for t in by_task if isinstance(t, int)), key=str)
+    str_tasks = sorted(t for t in by_task if isinstance(t, str))
+    tasks: dict[str, Any] = {}
+    for task in int_tasks + str_tasks:
+        entry, task_coverage = _task_entry(by_task[task], ignored_set)
+        for check in TASK_CHECK_IDS:
+            coverage[check][task_coverage[check]] += 1
+        for flag in entry["flags"]:
+            issues[flag] += 1
+        tasks[str(task)] = entry  # an int and a str task with the same text share one key
+
+    status_counts: Counter[str] = Counter()
+    for row in rows:
+        status_counts.update(row.stats.failed_statuses)
+    row_stats = [row.stats for row in rows]
+    summary = {
+        "run": {
+            "ignored_checks": sorted(ignored),
+            "artifacts": {
+                "records": len(rows),
+                "captures": sum(stats.captures for stats in row_stats),
+                "coverage": coverage,
+            },
+            "verdicts": {
+                "healthy": verdicts.count("healthy"),
+                "unhealthy": verdicts.count("unhealthy"),
+                "unobserved": verdicts.count("unobserved"),
+            },
+            "issues": issues,
+            "stats": {
+                "model_call_errors": {
+                    "total": sum(status_counts.values()),
+                    "by_status": dict(sorted(status_counts.items())),
+                    "rollouts_affected": sum(bool(stats.failed_statuses) for stats in row_stats),
+                    "ended_on_error": sum(stats.ended_on_error for stats in row_stats),
+                },
+                "duplicated_calls": {
+                    "replayed": sum(stats.replayed for stats in row_stats),
+                    "rollouts": sum(stats.replayed > 0 for stats in row_stats),
+                },
+                "tokens": {
+                    "prompt": sum(stats.prompt for stats in row_stats),
+                    "completion": sum(stats.completion for stats in row_stats),
+                    "capture_prompt": sum(stats.capture_prompt for stats in row_stats),
+                    "capture_completion": sum(stats.capture_completion for stats in row_stats),
+                },
+            },
+        },
+        "tasks": tasks,
+    }
+
+    order = sorted(
+        range(len(rows)), key=lambda i: (_order(rows[i].task), _order(rows[i].rollout), _order(rows[i].stage))
+    )
+    encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+    lines = []
+    for i in order:
+        row = rows[i]
+        out: dict[str, Any] = {
+            "_ng_task_index": row.task,
+            "_ng_rollout_index": row.rollout,
+            "rollout_id": row.rollout_id,
+            "verdict": verdicts[i],
+            "findings": row.findings,
+            "unobserved": row.unobserved,
+        }
+        if row.stage is not None:
+            out["stage_index"] = row.stage
+        lines.append(encode(out))
+    verdict_text = "".join(line + "\n" for line in lines)
+    summary_text = json.dumps(summary, indent=2, ensure_ascii=False)
+    return HealthReport(summary, summary_text.encode(), verdict_text.encode(), ignored)

@@ -1,0 +1,110 @@
+"""The library entry: health-check rollout files, write reports and their provenance record."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from gymflow import provenance, storage
+from gymflow.health._report import HealthReport
+from gymflow.health._runner import (
+    HealthPlan,
+    Progress,
+    evaluate_all,
+    finish,
+    plan,
+    report_dir_for,
+    write_reports,
+)
+
+logger = logging.getLogger(__name__)
+COMMAND = "eval health-check"
+
+
+@dataclass(frozen=True, slots=True)
+class HealthOutcome:
+    """What a health run produced (or found up to date)."""
+
+    summary: dict[str, Any]
+    summary_url: str
+    record_url: str
+    up_to_date: bool
+    console_line: str
+
+
+def parameters(plan_: HealthPlan) -> dict[str, Any]:
+    """Settings that can change report bytes (the input names appear in unreadable-row locators)."""
+    return {"ignored_checks": sorted(plan_.ignored), "inputs": list(plan_.paths)}
+
+
+def cache_key(plan_: HealthPlan, inputs: Sequence[provenance.FileDigest]) -> str:
+    return provenance.cache_key(COMMAND, parameters(plan_), [("rollouts", item.sha256) for item in inputs])
+
+
+def now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def record_outputs(
+    plan_: HealthPlan,
+    report: HealthReport,
+    report_dir: str,
+    inputs: Sequence[provenance.FileDigest],
+    orchestrator: Mapping[str, Any],
+    started_at: str,
+) -> HealthOutcome:
+    """Write both reports, then (last) their provenance record."""
+    summary_url, verdicts_url = write_reports(report, report_dir)
+    record_url = provenance.record_path(summary_url)
+    record = provenance.build_record(
+        command=COMMAND,
+        cache_key=cache_key(plan_, inputs),
+        inputs=list(inputs),
+        outputs=[provenance.digest(summary_url), provenance.digest(verdicts_url)],
+        parameters={**parameters(plan_), "workers": plan_.workers},
+        orchestrator=orchestrator,
+        started_at=started_at,
+        finished_at=now(),
+    )
+    provenance.write_record(record_url, record)
+    return HealthOutcome(report.summary, summary_url, record_url, False, report.console_line())
+
+
+def cached_outcome(summary_url: str, record_url: str) -> HealthOutcome:
+    with storage.open_read(summary_url) as handle:
+        summary = json.loads(handle.read())
+    ignored = tuple(summary["run"]["ignored_checks"])
+    line = HealthReport(summary, b"", b"", ignored).console_line()
+    return HealthOutcome(summary, summary_url, record_url, True, line)
+
+
+def run_health(
+    paths: Sequence[str],
+    report_dir: str | None = None,
+    workers: int | None = None,
+    ignored_checks: str | Iterable[str] | None = None,
+    *,
+    use_cache: bool = True,
+    progress: Progress | None = None,
+) -> HealthOutcome:
+    """Health-check rollout JSONL files and write ``quality_summary.json``, ``rollout_verdicts.jsonl``
+    and ``quality_summary.provenance.json`` into ``report_dir`` (default: beside the first file).
+
+    With ``use_cache``, a run whose record shows the same inputs and parameters, and whose reports
+    are intact, does no work and returns ``up_to_date=True``.
+    """
+    started_at = now()
+    plan_ = plan(paths, workers, ignored_checks)
+    directory = report_dir_for(paths, report_dir)
+    summary_url = storage.join(directory, "quality_summary.json")
+    record_url = provenance.record_path(summary_url)
+    inputs = [provenance.digest(path) for path in plan_.paths]
+    if use_cache and provenance.up_to_date(record_url, cache_key(plan_, inputs)):
+        logger.info("reports are up to date: %s", record_url)
+        return cached_outcome(summary_url, record_url)
+    report = finish(plan_, evaluate_all(plan_, progress))
+    return record_outputs(plan_, report, directory, inputs, {"kind": "direct"}, started_at)
