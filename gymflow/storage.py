@@ -63,12 +63,22 @@ def configure(options: Mapping[str, Mapping[str, Any]]) -> None:
     receive :func:`current_options` explicitly and call it again.
     """
     global _options
-    _options = {str(protocol): dict(values) for protocol, values in copy.deepcopy(dict(options)).items()}
+    _options = _copy_options(options)
 
 
 def current_options() -> dict[str, dict[str, Any]]:
     """A copy of the options set by :func:`configure`."""
-    return copy.deepcopy(_options)
+    return _copy_options(_options)
+
+
+def _copy_options(options: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    # Plain data is copied deeply; objects such as an aiobotocore session are shared, not cloned.
+    return {
+        str(protocol): {
+            str(k): copy.deepcopy(v) if isinstance(v, dict | list) else v for k, v in values.items()
+        }
+        for protocol, values in options.items()
+    }
 
 
 def is_secret_name(name: str) -> bool:
