@@ -1,0 +1,227 @@
+"""One capture line -> one ``ModelCallRecord`` (evidence.md §4.1-§4.3).
+
+Everything a reader derives from a line: the response id, token counts, cache figures, tool calls
+and reasoning text, by the *shape* of the response (Responses ``output``, Chat ``choices``,
+Anthropic ``content``), never by the line's ``dialect``. A type violation in a field copied from
+the line raises :class:`~gymflow.join._lax.ValidationError`: the line is invalid.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import orjson
+
+from gymflow.join._lax import lax_bool, lax_float, lax_int, opt_literal, opt_str
+from gymflow.join.schema import server_ref
+
+__all__ = ["PAYLOAD_KEYS", "build_record", "parse_arguments", "usage_counts"]
+
+Obj = dict[str, Any]
+
+PAYLOAD_KEYS: Final = ("request", "response", "request_raw", "response_raw")
+_SOURCE: Final = frozenset({"upstream", "local"})
+
+
+def _count(value: Any) -> int | None:
+    """A token count is valid only as a JSON integer >= 0 (not a boolean, not a float)."""
+    return value if type(value) is int and value >= 0 else None
+
+
+def _first(*values: Any) -> int | None:
+    for value in values:
+        count = _count(value)
+        if count is not None:
+            return count
+    return None
+
+
+def _sub(usage: Obj, key: str) -> Obj:
+    value = usage.get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def usage_counts(usage: Any) -> tuple[Any, ...]:
+    """``(tokens_in, tokens_out, tokens_reasoning, tokens_total, cache_hit, cached, cache_creation)``."""
+    if not isinstance(usage, dict):
+        return (None,) * 7
+    get = usage.get
+    tokens_in = _first(get("input_tokens"), get("prompt_tokens"))
+    tokens_out = _first(get("output_tokens"), get("completion_tokens"))
+    read = _count(get("cache_read_input_tokens"))
+    creation = _count(get("cache_creation_input_tokens"))
+    if (read is not None or creation is not None) and (
+        tokens_in is not None or (read or 0) + (creation or 0) > 0
+    ):
+        tokens_in = (tokens_in or 0) + (read or 0) + (creation or 0)
+    tokens_total = _count(get("total_tokens"))
+    if tokens_total is None and tokens_in is not None and tokens_out is not None:
+        tokens_total = tokens_in + tokens_out
+    reasoning = _first(
+        _sub(usage, "output_tokens_details").get("reasoning_tokens"),
+        _sub(usage, "completion_tokens_details").get("reasoning_tokens"),
+        get("reasoning_output_tokens"),
+    )
+    prompt_details = _sub(usage, "prompt_tokens_details")
+    input_details = _sub(usage, "input_tokens_details")
+    cached = _first(
+        prompt_details.get("cached_tokens"),
+        prompt_details.get("cached_input_tokens"),
+        input_details.get("cached_tokens"),
+        input_details.get("cached_input_tokens"),
+        get("cache_read_input_tokens"),
+        get("cached_input_tokens"),
+    )
+    cache_hit = None if cached is None else cached > 0
+    return tokens_in, tokens_out, reasoning, tokens_total, cache_hit, cached, creation
+
+
+def parse_arguments(value: Any) -> Any:
+    """Tool-call arguments: an object stays, a string is JSON-decoded (else ``{"_raw": s}``), else ``{}``."""
+    if isinstance(value, dict):
+        return value
+    if isinstance(value, str):
+        try:
+            return orjson.loads(value)
+        except orjson.JSONDecodeError:
+            return {"_raw": value}
+    return {}
+
+
+def _tools_and_reasoning(response: Obj) -> tuple[list[Obj], str | None]:
+    tools: list[Obj] = []
+    texts: list[str] = []
+    output = response.get("output")
+    choices = response.get("choices")
+    content = response.get("content")
+    if isinstance(output, list):
+        for item in output:
+            if not isinstance(item, dict):
+                continue
+            kind = item.get("type")
+            if kind == "function_call":
+                tools.append(
+                    {
+                        "call_id": item.get("call_id") or item.get("id"),
+                        "name": item.get("name"),
+                        "arguments": parse_arguments(item.get("arguments")),
+                    }
+                )
+            elif kind == "reasoning" and isinstance(item.get("summary"), list):
+                for part in item["summary"]:
+                    text = part.get("text") if isinstance(part, dict) else None
+                    if isinstance(text, str) and text:
+                        texts.append(text)
+    elif isinstance(choices, list):
+        for choice in choices:
+            message = choice.get("message") if isinstance(choice, dict) else None
+            if not isinstance(message, dict):
+                continue
+            for call in message.get("tool_calls") or ():
+                if not isinstance(call, dict):
+                    continue
+                function = call.get("function")
+                function = function if isinstance(function, dict) else {}
+                tools.append(
+                    {
+                        "call_id": call.get("id"),
+                        "name": function.get("name"),
+                        "arguments": parse_arguments(function.get("arguments")),
+                    }
+                )
+            text = message.get("reasoning_content") or message.get("reasoning")
+            if isinstance(text, str) and text:
+                texts.append(text)
+    elif isinstance(content, list):
+        for block in content:
+            if not isinstance(block, dict):
+                continue
+            kind = block.get("type")
+            if kind == "tool_use":
+                tools.append(
+                    {
+                        "call_id": block.get("id"),
+                        "name": block.get("name"),
+                        "arguments": parse_arguments(block.get("input") or {}),
+                    }
+                )
+            elif kind in ("thinking", "redacted_thinking"):
+                text = block.get("thinking")
+                if isinstance(text, str) and text:
+                    texts.append(text)
+    return tools, ("\n".join(texts) if texts else None)
+
+
+def _finish_reason(response: Obj) -> str | None:
+    stop = response.get("stop_reason")
+    if isinstance(stop, str):
+        return stop
+    choices = response.get("choices")
+    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+        reason = choices[0].get("finish_reason")
+        if isinstance(reason, str):
+            return reason
+    details = response.get("incomplete_details")
+    if isinstance(details, dict) and isinstance(details.get("reason"), str):
+        reason = details["reason"]
+        return str(reason)
+    return None
+
+
+def build_record(line: Obj, position: int, *, payloads: bool = True) -> Obj:
+    """The ``ModelCallRecord`` of a parsed capture line at non-blank position ``position``.
+
+    With ``payloads=False`` the four payload keys are left out (the ``multimodal_history_redacted`` rule).
+    """
+    get = line.get
+    raw_response = get("response")
+    raw_request = get("request")
+    response: Obj = raw_response if isinstance(raw_response, dict) else {}
+    request: Obj = raw_request if isinstance(raw_request, dict) else {}
+    tokens_in, tokens_out, reasoning_tokens, tokens_total, cache_hit, cached, creation = usage_counts(
+        response.get("usage")
+    )
+    tools, reasoning_text = _tools_and_reasoning(response)
+    ref = get("model_ref")
+    response_id = response.get("id")
+    session = get("client_session_id")
+    model = response.get("model") or request.get("model")
+    status = response.get("status")
+    record: Obj = {
+        "model_call_id": opt_str(get("model_call_id"), "model_call_id"),
+        "response_id": response_id if isinstance(response_id, str) else None,
+        "client_session_id": session if isinstance(session, str) else None,
+        "call_index": position,
+        "model_ref": None if ref is None else server_ref(ref),
+        "model": model if isinstance(model, str) else None,
+        "dialect": opt_str(get("dialect"), "dialect"),
+        "status_code": lax_int(get("status_code"), "status_code"),
+        "response_status": status if isinstance(status, str) else None,
+        "finish_reason": _finish_reason(response),
+        "upstream_attempted": lax_bool(get("upstream_attempted"), "upstream_attempted"),
+        "response_source": opt_literal(get("response_source"), _SOURCE, "response_source"),
+        "upstream_status_code": lax_int(get("upstream_status_code"), "upstream_status_code"),
+        "local_response_reason": opt_str(get("local_response_reason"), "local_response_reason"),
+        "started_at": lax_float(get("started_at"), "started_at"),
+        "completed_at": lax_float(get("completed_at"), "completed_at"),
+        "tokens_in": tokens_in,
+        "tokens_out": tokens_out,
+        "tokens_reasoning": reasoning_tokens,
+        "tokens_total": tokens_total,
+    }
+    if payloads:
+        request_raw = get("request_raw")
+        response_raw = get("response_raw")
+        record["request"] = raw_request if isinstance(raw_request, dict) else None
+        record["response"] = raw_response if isinstance(raw_response, dict) else None
+        record["request_raw"] = request_raw if isinstance(request_raw, str) else None
+        record["response_raw"] = response_raw if isinstance(response_raw, str) else None
+    record["tool_calls"] = tools
+    record["reasoning_content"] = reasoning_text
+    record["cache_hit"] = cache_hit
+    record["cached_tokens"] = cached
+    record["cache_creation_tokens"] = creation
+    record["error_category"] = opt_str(get("error_category"), "error_category")
+    record["latency_total_ms"] = lax_float(get("latency_ms"), "latency_ms")
+    record["latency_ttft_ms"] = lax_float(get("latency_ttft_ms"), "latency_ttft_ms")
+    return record

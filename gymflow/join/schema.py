@@ -1,0 +1,517 @@
+"""Validate-and-dump functions for the observation and trajectory models (evidence.md §5).
+
+Each function takes a parsed JSON value and returns its full dump as 0.7.0 writes it: every field,
+nulls included, in the model's field order, with lax values coerced. Unknown keys are rejected
+(except in :func:`server_ref`, which drops them). Free-form values (``request``, ``output``, ...)
+are passed through by reference, never copied. Failures raise :class:`~gymflow.join._lax.ValidationError`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from gymflow.join._lax import (
+    ValidationError,
+    fail,
+    lax_bool,
+    lax_float,
+    lax_int,
+    nonneg_float,
+    nonneg_int,
+    opt_literal,
+    opt_str,
+    req_str,
+)
+from gymflow.join.conversation import conversation_item
+
+__all__ = [
+    "ValidationError",
+    "bundle",
+    "call_ref",
+    "gap",
+    "invocation",
+    "model_call",
+    "opt_call_ref",
+    "response_metadata",
+    "server_ref",
+    "token_stats",
+    "tool_call",
+    "trajectory",
+    "turn",
+]
+
+Obj = dict[str, Any]
+
+POLICY_TYPE: Final = "responses_api_models"
+_INVOCATION_STATUS: Final = frozenset({"completed", "failed", "incomplete", "unknown"})
+_TOOL_STATUS: Final = frozenset({"completed", "failed", "timeout", "cancelled", "incomplete", "unknown"})
+_TIMING: Final = frozenset({"executor", "artifact", "harness"})
+_COMPACTION_OUTCOME: Final = frozenset({"completed", "failed", "aborted", "unknown"})
+_SANDBOX_ROLE: Final = frozenset({"agent", "verifier", "environment"})
+_SANDBOX_OUTCOME: Final = frozenset(
+    {"completed", "failed", "timeout", "oom", "sandbox_error", "cancelled", "unknown"}
+)
+_SOURCE: Final = frozenset({"upstream", "local"})
+
+
+def _keys(value: Any, allowed: frozenset[str], where: str) -> Obj:
+    if not isinstance(value, dict):
+        fail(where, f"an object is required, got {type(value).__name__}")
+    for key in value:
+        if key not in allowed:
+            fail(where, f"unknown key {key!r}")
+    return value
+
+
+def _list(value: Any, where: str) -> list[Any]:
+    if isinstance(value, list):
+        return value
+    fail(where, "a list is required")
+
+
+def _literal_default(value: Any, allowed: frozenset[str], default: str, where: str) -> str:
+    if value is _MISSING:
+        return default
+    if isinstance(value, str) and value in allowed:
+        return value
+    fail(where, f"must be one of {sorted(allowed)}: {value!r}")
+
+
+_MISSING: Final = object()
+
+
+def server_ref(value: Any, where: str = "model_ref") -> Obj:
+    """``ModelServerRef``: the policy-model type only; extra keys are dropped."""
+    if not isinstance(value, dict):
+        fail(where, "an object is required")
+    kind = value.get("type", _MISSING)
+    if kind != POLICY_TYPE or not isinstance(kind, str):
+        fail(where, f"type must be {POLICY_TYPE!r}")
+    return {"type": kind, "name": req_str(value.get("name"), f"{where}.name")}
+
+
+def _opt_server_ref(value: Any, where: str) -> Obj | None:
+    return None if value is None else server_ref(value, where)
+
+
+_REF_KEYS: Final = frozenset({"model_call_id", "model_ref", "response_id"})
+
+
+def call_ref(value: Any, where: str = "model_calls[]") -> Obj:
+    """``ModelCallRef``: valid iff ``model_call_id`` is truthy, or ``model_ref`` and ``response_id`` are."""
+    _keys(value, _REF_KEYS, where)
+    call_id = opt_str(value.get("model_call_id"), f"{where}.model_call_id")
+    ref = _opt_server_ref(value.get("model_ref"), f"{where}.model_ref")
+    response_id = opt_str(value.get("response_id"), f"{where}.response_id")
+    if not call_id and not (ref is not None and response_id):
+        fail(where, "needs model_call_id, or model_ref and response_id")
+    return {"model_call_id": call_id, "model_ref": ref, "response_id": response_id}
+
+
+def opt_call_ref(value: Any, where: str) -> Obj | None:
+    return None if value is None else call_ref(value, where)
+
+
+def _refs(value: Any, where: str) -> list[Obj]:
+    return [call_ref(item, where) for item in _list(value, where)]
+
+
+_GAP_KEYS: Final = frozenset({"code", "invocation_id", "detail"})
+
+
+def gap(value: Any, where: str = "gaps[]") -> Obj:
+    """``ObservationGap``."""
+    _keys(value, _GAP_KEYS, where)
+    return {
+        "code": req_str(value.get("code"), f"{where}.code"),
+        "invocation_id": opt_str(value.get("invocation_id"), f"{where}.invocation_id"),
+        "detail": opt_str(value.get("detail"), f"{where}.detail"),
+    }
+
+
+_INVOCATION_KEYS: Final = frozenset(
+    {
+        "kind",
+        "invocation_id",
+        "parent_invocation_id",
+        "spawned_by_tool_call_id",
+        "status",
+        "duration_ms",
+        "error_type",
+        "model_calls",
+        "conversation",
+    }
+)
+
+
+def invocation(value: Any, where: str = "invocation") -> Obj:
+    """``AgentInvocation``; ``kind`` defaults to ``agent_invocation``."""
+    _keys(value, _INVOCATION_KEYS, where)
+    get = value.get
+    conversation = get("conversation", [])
+    return {
+        "kind": _literal_default(
+            get("kind", _MISSING), _KIND_INVOCATION, "agent_invocation", f"{where}.kind"
+        ),
+        "invocation_id": req_str(get("invocation_id"), f"{where}.invocation_id"),
+        "parent_invocation_id": opt_str(get("parent_invocation_id"), f"{where}.parent_invocation_id"),
+        "spawned_by_tool_call_id": opt_str(
+            get("spawned_by_tool_call_id"), f"{where}.spawned_by_tool_call_id"
+        ),
+        "status": _literal_default(get("status", _MISSING), _INVOCATION_STATUS, "unknown", f"{where}.status"),
+        "duration_ms": nonneg_float(get("duration_ms"), f"{where}.duration_ms"),
+        "error_type": opt_str(get("error_type"), f"{where}.error_type"),
+        "model_calls": _refs(get("model_calls", []), f"{where}.model_calls[]"),
+        "conversation": [
+            conversation_item(item, f"{where}.conversation[]")
+            for item in _list(conversation, f"{where}.conversation")
+        ],
+    }
+
+
+_KIND_INVOCATION: Final = frozenset({"agent_invocation"})
+_KIND_TOOL: Final = frozenset({"tool_call"})
+_TOOL_KEYS: Final = frozenset(
+    {
+        "kind",
+        "invocation_id",
+        "tool_call_id",
+        "sandbox_id",
+        "tool_name",
+        "started_at",
+        "completed_at",
+        "duration_ms",
+        "timing_source",
+        "status",
+        "error_type",
+    }
+)
+_TRAJECTORY_TOOL_KEYS: Final = _TOOL_KEYS | {"output"}
+
+
+def tool_call(value: Any, where: str = "tool_call", *, with_output: bool = False) -> Obj:
+    """``ToolCallObservation``, or ``TrajectoryToolCall`` (the same plus ``output``) when ``with_output``."""
+    _keys(value, _TRAJECTORY_TOOL_KEYS if with_output else _TOOL_KEYS, where)
+    get = value.get
+    started = lax_float(get("started_at"), f"{where}.started_at")
+    completed = lax_float(get("completed_at"), f"{where}.completed_at")
+    if started is not None and completed is not None and completed < started:
+        fail(where, "completed_at precedes started_at")
+    out: Obj = {
+        "kind": _literal_default(get("kind", _MISSING), _KIND_TOOL, "tool_call", f"{where}.kind"),
+        "invocation_id": req_str(get("invocation_id"), f"{where}.invocation_id"),
+        "tool_call_id": req_str(get("tool_call_id"), f"{where}.tool_call_id"),
+        "sandbox_id": opt_str(get("sandbox_id"), f"{where}.sandbox_id"),
+        "tool_name": opt_str(get("tool_name"), f"{where}.tool_name"),
+        "started_at": started,
+        "completed_at": completed,
+        "duration_ms": nonneg_float(get("duration_ms"), f"{where}.duration_ms"),
+        "timing_source": opt_literal(get("timing_source"), _TIMING, f"{where}.timing_source"),
+        "status": _literal_default(get("status", _MISSING), _TOOL_STATUS, "unknown", f"{where}.status"),
+        "error_type": opt_str(get("error_type"), f"{where}.error_type"),
+    }
+    if with_output:
+        out["output"] = get("output")
+    return out
+
+
+_COMPACTION_KEYS: Final = frozenset(
+    {
+        "kind",
+        "invocation_id",
+        "observed_at",
+        "trigger",
+        "tokens_before",
+        "tokens_after",
+        "outcome",
+        "summary",
+        "first_kept_item_id",
+        "before_model_call",
+        "model_calls",
+        "after_model_call",
+    }
+)
+
+
+def compaction(value: Any, where: str = "context_compaction") -> Obj:
+    """``ContextCompactionObservation``."""
+    _keys(value, _COMPACTION_KEYS, where)
+    get = value.get
+    return {
+        "kind": "context_compaction",
+        "invocation_id": req_str(get("invocation_id"), f"{where}.invocation_id"),
+        "observed_at": lax_float(get("observed_at"), f"{where}.observed_at"),
+        "trigger": opt_str(get("trigger"), f"{where}.trigger"),
+        "tokens_before": nonneg_int(get("tokens_before"), f"{where}.tokens_before"),
+        "tokens_after": nonneg_int(get("tokens_after"), f"{where}.tokens_after"),
+        "outcome": _literal_default(
+            get("outcome", _MISSING), _COMPACTION_OUTCOME, "unknown", f"{where}.outcome"
+        ),
+        "summary": opt_str(get("summary"), f"{where}.summary"),
+        "first_kept_item_id": opt_str(get("first_kept_item_id"), f"{where}.first_kept_item_id"),
+        "before_model_call": opt_call_ref(get("before_model_call"), f"{where}.before_model_call"),
+        "model_calls": _refs(get("model_calls", []), f"{where}.model_calls[]"),
+        "after_model_call": opt_call_ref(get("after_model_call"), f"{where}.after_model_call"),
+    }
+
+
+_SANDBOX_KEYS: Final = frozenset(
+    {
+        "kind",
+        "role",
+        "provider",
+        "sandbox_id",
+        "outcome",
+        "exit_code",
+        "wall_time_s",
+        "cpu_time_s",
+        "peak_memory_mib",
+        "resource_usage_source",
+        "error_type",
+    }
+)
+
+
+def sandbox(value: Any, where: str = "sandbox") -> Obj:
+    """``SandboxObservation`` (measured usage only; configured limits do not belong here)."""
+    _keys(value, _SANDBOX_KEYS, where)
+    get = value.get
+    role = get("role", _MISSING)
+    if not (isinstance(role, str) and role in _SANDBOX_ROLE):
+        fail(f"{where}.role", f"must be one of {sorted(_SANDBOX_ROLE)}")
+    return {
+        "kind": "sandbox",
+        "role": role,
+        "provider": opt_str(get("provider"), f"{where}.provider"),
+        "sandbox_id": opt_str(get("sandbox_id"), f"{where}.sandbox_id"),
+        "outcome": _literal_default(
+            get("outcome", _MISSING), _SANDBOX_OUTCOME, "unknown", f"{where}.outcome"
+        ),
+        "exit_code": lax_int(get("exit_code"), f"{where}.exit_code"),
+        "wall_time_s": nonneg_float(get("wall_time_s"), f"{where}.wall_time_s"),
+        "cpu_time_s": nonneg_float(get("cpu_time_s"), f"{where}.cpu_time_s"),
+        "peak_memory_mib": nonneg_float(get("peak_memory_mib"), f"{where}.peak_memory_mib"),
+        "resource_usage_source": opt_str(get("resource_usage_source"), f"{where}.resource_usage_source"),
+        "error_type": opt_str(get("error_type"), f"{where}.error_type"),
+    }
+
+
+_BUNDLE_KEYS: Final = frozenset({"source", "records", "gaps"})
+
+
+def _record(value: Any, where: str) -> Obj:
+    kind = value.get("kind") if isinstance(value, dict) else None
+    if kind == "agent_invocation":
+        return invocation(value, where)
+    if kind == "tool_call":
+        return tool_call(value, where)
+    if kind == "context_compaction":
+        return compaction(value, where)
+    if kind == "sandbox":
+        return sandbox(value, where)
+    fail(where, f"unknown record kind {kind!r}")
+
+
+def bundle(value: Any, where: str = "ng_agent_observations") -> Obj:
+    """``AgentObservationBundle``: unique invocation ids, no ``parent_invocation_id`` cycle."""
+    _keys(value, _BUNDLE_KEYS, where)
+    records = [_record(item, f"{where}.records[]") for item in _list(value.get("records", []), where)]
+    gaps = [gap(item, f"{where}.gaps[]") for item in _list(value.get("gaps", []), where)]
+    parents: dict[str, str | None] = {}
+    for record in records:
+        if record["kind"] == "agent_invocation":
+            if record["invocation_id"] in parents:
+                fail(where, f"duplicate invocation_id {record['invocation_id']!r}")
+            parents[record["invocation_id"]] = record["parent_invocation_id"]
+    for start in parents:
+        seen = {start}
+        current = parents[start]
+        while current is not None and current in parents:
+            if current in seen:
+                fail(where, f"parent_invocation_id cycle through {current!r}")
+            seen.add(current)
+            current = parents[current]
+    return {"source": req_str(value.get("source"), f"{where}.source"), "records": records, "gaps": gaps}
+
+
+# -- trajectory ------------------------------------------------------------------------------------
+
+TOKEN_KEYS: Final = (
+    "prompt_tokens",
+    "completion_tokens",
+    "reasoning_tokens",
+    "total_tokens",
+    "cached_tokens",
+)
+_TOKEN_KEYSET: Final = frozenset(TOKEN_KEYS)
+
+
+def token_stats(value: Any, where: str = "token_stats") -> Obj:
+    _keys(value, _TOKEN_KEYSET, where)
+    get = value.get
+    return {key: nonneg_int(get(key), f"{where}.{key}") for key in TOKEN_KEYS}
+
+
+METADATA_KEYS: Final = (
+    "response_id",
+    "model_ref",
+    "model",
+    "dialect",
+    "status_code",
+    "response_status",
+    "finish_reason",
+    "upstream_attempted",
+    "response_source",
+    "upstream_status_code",
+    "local_response_reason",
+    "error_category",
+    "latency_ttft_ms",
+)
+_METADATA_KEYSET: Final = frozenset(METADATA_KEYS)
+
+
+def response_metadata(value: Any, where: str = "response_metadata") -> Obj:
+    _keys(value, _METADATA_KEYSET, where)
+    get = value.get
+    return {
+        "response_id": opt_str(get("response_id"), f"{where}.response_id"),
+        "model_ref": _opt_server_ref(get("model_ref"), f"{where}.model_ref"),
+        "model": opt_str(get("model"), f"{where}.model"),
+        "dialect": opt_str(get("dialect"), f"{where}.dialect"),
+        "status_code": lax_int(get("status_code"), f"{where}.status_code"),
+        "response_status": opt_str(get("response_status"), f"{where}.response_status"),
+        "finish_reason": opt_str(get("finish_reason"), f"{where}.finish_reason"),
+        "upstream_attempted": lax_bool(get("upstream_attempted"), f"{where}.upstream_attempted"),
+        "response_source": opt_literal(get("response_source"), _SOURCE, f"{where}.response_source"),
+        "upstream_status_code": lax_int(get("upstream_status_code"), f"{where}.upstream_status_code"),
+        "local_response_reason": opt_str(get("local_response_reason"), f"{where}.local_response_reason"),
+        "error_category": opt_str(get("error_category"), f"{where}.error_category"),
+        "latency_ttft_ms": nonneg_float(get("latency_ttft_ms"), f"{where}.latency_ttft_ms"),
+    }
+
+
+_CALL_KEYS: Final = frozenset(
+    {
+        "model_call_id",
+        "started_at",
+        "completed_at",
+        "duration_ms",
+        "request",
+        "response",
+        "response_metadata",
+        "token_stats",
+    }
+)
+
+
+def model_call(value: Any, where: str = "model_calls[]") -> Obj:
+    """``TrajectoryModelCall``."""
+    _keys(value, _CALL_KEYS, where)
+    get = value.get
+    return {
+        "model_call_id": opt_str(get("model_call_id"), f"{where}.model_call_id"),
+        "started_at": lax_float(get("started_at"), f"{where}.started_at"),
+        "completed_at": lax_float(get("completed_at"), f"{where}.completed_at"),
+        "duration_ms": nonneg_float(get("duration_ms"), f"{where}.duration_ms"),
+        "request": get("request"),
+        "response": get("response"),
+        "response_metadata": response_metadata(get("response_metadata", {}), f"{where}.response_metadata"),
+        "token_stats": token_stats(get("token_stats", {}), f"{where}.token_stats"),
+    }
+
+
+_TURN_KEYS: Final = frozenset(
+    {
+        "invocation_id",
+        "task_id",
+        "rollout_id",
+        "turn_no",
+        "timestamp",
+        "question",
+        "answer",
+        "reasoning_content",
+        "resolved",
+        "step_count",
+        "model_calls",
+    }
+)
+
+
+def turn(value: Any, where: str = "turns[]") -> Obj:
+    """``TrajectoryTurn``."""
+    _keys(value, _TURN_KEYS, where)
+    get = value.get
+    turn_no = lax_int(get("turn_no"), f"{where}.turn_no")
+    if turn_no is None or turn_no < 1:
+        fail(f"{where}.turn_no", "an integer >= 1 is required")
+    timestamp = lax_float(get("timestamp"), f"{where}.timestamp")
+    if timestamp is None:
+        fail(f"{where}.timestamp", "required")
+    step_count = nonneg_int(get("step_count"), f"{where}.step_count")
+    if step_count is None:
+        fail(f"{where}.step_count", "required")
+    return {
+        "invocation_id": req_str(get("invocation_id"), f"{where}.invocation_id"),
+        "task_id": req_str(get("task_id"), f"{where}.task_id"),
+        "rollout_id": req_str(get("rollout_id"), f"{where}.rollout_id"),
+        "turn_no": turn_no,
+        "timestamp": timestamp,
+        "question": get("question"),
+        "answer": get("answer"),
+        "reasoning_content": get("reasoning_content"),
+        "resolved": lax_bool(get("resolved"), f"{where}.resolved"),
+        "step_count": step_count,
+        "model_calls": _refs(get("model_calls", []), f"{where}.model_calls[]"),
+    }
+
+
+_TRAJECTORY_KEYS: Final = frozenset(
+    {"schema_version", "task_id", "rollout_id", "invocations", "turns", "model_calls", "tool_calls", "gaps"}
+)
+
+
+def trajectory(value: Any, where: str = "ng_trajectory") -> Obj:
+    """``TrajectoryRecord``, with its four consistency checks."""
+    _keys(value, _TRAJECTORY_KEYS, where)
+    get = value.get
+    version = get("schema_version", "1.0")
+    if version != "1.0" or not isinstance(version, str):
+        fail(f"{where}.schema_version", "must be '1.0'")
+    record: Obj = {
+        "schema_version": version,
+        "task_id": req_str(get("task_id"), f"{where}.task_id"),
+        "rollout_id": req_str(get("rollout_id"), f"{where}.rollout_id"),
+        "invocations": [
+            invocation(v, f"{where}.invocations[]") for v in _list(get("invocations", []), where)
+        ],
+        "turns": [turn(v, f"{where}.turns[]") for v in _list(get("turns", []), where)],
+        "model_calls": [
+            model_call(v, f"{where}.model_calls[]") for v in _list(get("model_calls", []), where)
+        ],
+        "tool_calls": [
+            tool_call(v, f"{where}.tool_calls[]", with_output=True)
+            for v in _list(get("tool_calls", []), where)
+        ],
+        "gaps": [gap(v, f"{where}.gaps[]") for v in _list(get("gaps", []), where)],
+    }
+    check_trajectory(record, where)
+    return record
+
+
+def check_trajectory(record: Obj, where: str = "ng_trajectory") -> None:
+    """The record-level checks of ``TrajectoryRecord`` on an already dumped record."""
+    invocation_ids = [item["invocation_id"] for item in record["invocations"]]
+    if len(set(invocation_ids)) != len(invocation_ids):
+        fail(where, "invocation_id values must be unique")
+    call_ids = [call["model_call_id"] for call in record["model_calls"] if call["model_call_id"]]
+    if len(set(call_ids)) != len(call_ids):
+        fail(where, "model_call_id values must be unique")
+    task_id, rollout_id = record["task_id"], record["rollout_id"]
+    seen: set[tuple[str, int]] = set()
+    for item in record["turns"]:
+        if item["task_id"] != task_id or item["rollout_id"] != rollout_id:
+            fail(where, "every turn must carry the trajectory's task_id and rollout_id")
+        key = (item["invocation_id"], item["turn_no"])
+        if key in seen:
+            fail(where, f"duplicate turn {key!r}")
+        seen.add(key)
