@@ -1,0 +1,286 @@
+"""Benchmark: ``gymflow eval health-check`` against a plain ``orjson.loads`` of the same rollouts.
+
+Run from the repo root: ``python bench/health.py [--rows N] [--quick]``.
+
+1. Generates (or reuses, from ``bench/_corpus/``) two seeded corpora of ~16 KB rollouts made by
+   ``bench.corpus``: ``--rows`` rows (default 40,000, ~650 MB) and a quarter of that (10,000).
+2. ``parse_s``: one process reads the large file in binary and ``orjson.loads`` every line.
+3. ``health_direct_s``: ``gymflow eval health-check DIR --direct`` (default workers) as a subprocess
+   on each corpus: wall time, and the peak RSS of its process tree (psutil, every 50 ms, summing
+   the process and all its descendants) plus the largest single process.
+4. ``health_prefect_s``: the same command without ``--direct`` (orchestrated through Prefect) on the
+   large corpus, wall time, with an empty Prefect result store so no task result is reused.
+
+Reports and provenance left by an earlier run are deleted before each run, so none is a cache hit.
+Needs ``psutil`` (``pip install psutil``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+import orjson  # noqa: E402
+
+from bench import corpus  # noqa: E402
+
+CORPUS_ROOT = REPO / "bench" / "_corpus"
+ROLLOUTS = "rollouts.jsonl"
+REPORT_FILES = ("quality_summary.json", "rollout_verdicts.jsonl")
+POLL_SECONDS = 0.05
+RUN_TIMEOUT_SECONDS = 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class Measurement:
+    """One subprocess run of the health check."""
+
+    seconds: float
+    returncode: int
+    peak_tree_rss: int
+    """Largest sum of RSS over the process and its descendants, in bytes."""
+    peak_single_rss: int
+    """Largest RSS of any one process of the tree, in bytes."""
+    stdout: str
+    stderr: str
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+
+def _generator_fingerprint() -> str:
+    return hashlib.sha256(Path(corpus.__file__).read_bytes()).hexdigest()[:12]
+
+
+def ensure_corpus(rows: int, seed: int, avg_bytes: int) -> Path:
+    """The run directory holding the seeded corpus, generated if missing or made by other code."""
+    prefix = f"rows{rows}-avg{avg_bytes}-seed{seed}-"
+    run_dir = CORPUS_ROOT / (prefix + _generator_fingerprint())
+    path = run_dir / ROLLOUTS
+    if path.is_file():
+        return run_dir
+    if CORPUS_ROOT.is_dir():
+        for stale in CORPUS_ROOT.glob(prefix + "*"):
+            shutil.rmtree(stale, ignore_errors=True)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    began = time.perf_counter()
+    corpus.write_corpus(str(path), rows, seed=seed, avg_bytes=avg_bytes)
+    elapsed = time.perf_counter() - began
+    size = path.stat().st_size
+    print(
+        f"generated {path.relative_to(REPO)}: {rows} rows, {size / 1e6:.0f} MB in {elapsed:.1f} s "
+        f"({size / 1e6 / elapsed:.0f} MB/s)",
+        flush=True,
+    )
+    return run_dir
+
+
+def warm_page_cache(path: Path) -> None:
+    """Read the file once so every measurement starts from the page cache."""
+    with open(path, "rb", buffering=0) as handle:
+        while handle.read(16 << 20):
+            pass
+
+
+def parse_seconds(path: Path) -> tuple[float, int]:
+    """Seconds to ``orjson.loads`` every non-blank line of ``path`` in one process, and the line count."""
+    loads = orjson.loads
+    decode_error = orjson.JSONDecodeError
+    lines = 0
+    began = time.perf_counter()
+    with open(path, "rb") as handle:
+        for line in handle:
+            if line.isspace():
+                continue
+            lines += 1
+            try:
+                loads(line)
+            except decode_error:
+                pass
+    return time.perf_counter() - began, lines
+
+
+def gymflow_executable() -> str | None:
+    """The ``gymflow`` console script of this interpreter's environment, else the one on PATH."""
+    beside = Path(sys.executable).parent / "gymflow"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    return shutil.which("gymflow")
+
+
+def clear_reports(run_dir: Path) -> None:
+    for name in REPORT_FILES:
+        (run_dir / name).unlink(missing_ok=True)
+    for record in run_dir.glob("*.provenance.json"):
+        record.unlink()
+
+
+def run_measured(command: Sequence[str], env: Mapping[str, str] | None = None) -> Measurement:
+    """Run ``command``, polling the RSS of its process tree every 50 ms until it exits."""
+    import psutil
+
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        began = time.perf_counter()
+        process = psutil.Popen(list(command), stdout=out, stderr=err, env=dict(env) if env else None)
+        peak_tree = peak_single = 0
+        while True:
+            try:
+                returncode = process.wait(timeout=POLL_SECONDS)
+                break
+            except psutil.TimeoutExpired:
+                pass
+            if time.perf_counter() - began > RUN_TIMEOUT_SECONDS:
+                _kill_tree(process)
+                returncode = process.wait()
+                break
+            try:
+                members = [process, *process.children(recursive=True)]
+            except psutil.NoSuchProcess:
+                continue
+            total = 0
+            for member in members:
+                try:
+                    rss = member.memory_info().rss
+                except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                    continue
+                total += rss
+                peak_single = max(peak_single, rss)
+            peak_tree = max(peak_tree, total)
+        seconds = time.perf_counter() - began
+        out.seek(0)
+        err.seek(0)
+        return Measurement(
+            seconds,
+            returncode,
+            peak_tree,
+            peak_single,
+            out.read().decode(errors="replace"),
+            err.read().decode(errors="replace"),
+        )
+
+
+def _kill_tree(process: Any) -> None:
+    import psutil
+
+    for member in [*process.children(recursive=True), process]:
+        try:
+            member.kill()
+        except psutil.NoSuchProcess:
+            pass
+
+
+def health_check(run_dir: Path, direct: bool) -> Measurement:
+    executable = gymflow_executable()
+    if executable is None:
+        return Measurement(0.0, -1, 0, 0, "", "no gymflow executable beside sys.executable or on PATH")
+    clear_reports(run_dir)
+    command = [executable, "eval", "health-check", str(run_dir)]
+    env = dict(os.environ)
+    env.setdefault("DO_NOT_TRACK", "1")
+    env.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    if direct:
+        return run_measured([*command, "--direct"], env)
+    # A fresh result store: the evaluate-range tasks are cached by input hash and byte range.
+    with tempfile.TemporaryDirectory(prefix="gymflow-bench-results-") as results:
+        env["PREFECT_RESULTS_LOCAL_STORAGE_PATH"] = results
+        return run_measured(command, env)
+
+
+def _failure(measurement: Measurement) -> str:
+    lines = [line for line in measurement.stderr.splitlines() if line.strip()]
+    last = lines[-1] if lines else "(no stderr)"
+    return f"FAILED (exit {measurement.returncode}): {last}"
+
+
+def _mb(value: int) -> str:
+    return f"{value / (1 << 20):.0f}"
+
+
+def _console(measurement: Measurement) -> str:
+    for line in measurement.stdout.splitlines():
+        if line.startswith("Rollout health:"):
+            return line
+    return ""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python bench/health.py", description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=40_000, help="rows of the large corpus (default 40000)")
+    parser.add_argument("--quick", action="store_true", help="smoke run: 2,000 and 500 rows")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--avg-bytes", type=int, default=16_000)
+    parser.add_argument("--parse-only", action="store_true", help="only generate the corpora and parse")
+    parser.add_argument("--no-prefect", action="store_true", help="skip the orchestrated (Prefect) run")
+    args = parser.parse_args(argv)
+    large_rows = 2_000 if args.quick else args.rows
+    if large_rows < 1:
+        parser.error("--rows must be at least 1")
+    small_rows = max(1, large_rows // 4)
+
+    large = ensure_corpus(large_rows, args.seed, args.avg_bytes)
+    small = ensure_corpus(small_rows, args.seed, args.avg_bytes)
+    large_file = large / ROLLOUTS
+    size = large_file.stat().st_size
+    print(f"corpus: {large_file.relative_to(REPO)} ({large_rows} rows, {size / 1e6:.0f} MB)", flush=True)
+    warm_page_cache(large_file)
+    warm_page_cache(small / ROLLOUTS)
+
+    parse_s, lines = parse_seconds(large_file)
+    print(f"parse_s = {parse_s:.2f}  ({lines} lines, {size / 1e6 / parse_s:.0f} MB/s, orjson, 1 process)")
+    if args.parse_only:
+        return 0
+
+    failed = False
+    small_label, large_label = _label(small_rows), _label(large_rows)
+    direct_small = health_check(small, direct=True)
+    direct_large = health_check(large, direct=True)
+    if direct_large.ok:
+        print(f"health_direct_s = {direct_large.seconds:.2f}  ({_console(direct_large)})")
+        print(f"ratio = health / parse = {direct_large.seconds / parse_s:.2f}")
+    else:
+        failed = True
+        print(f"health_direct_s = {_failure(direct_large)}")
+    if direct_small.ok:
+        print(f"health_direct_s ({small_label}) = {direct_small.seconds:.2f}")
+    for label, measurement in ((small_label, direct_small), (large_label, direct_large)):
+        if measurement.ok:
+            print(
+                f"peak_rss_mb ({label}) = {_mb(measurement.peak_tree_rss)}  "
+                f"(largest single process: {_mb(measurement.peak_single_rss)} MB)"
+            )
+        else:
+            failed = True
+            print(f"peak_rss_mb ({label}) = {_failure(measurement)}")
+    if not args.no_prefect:
+        orchestrated = health_check(large, direct=False)
+        if orchestrated.ok:
+            print(
+                f"health_prefect_s = {orchestrated.seconds:.2f}  "
+                f"(peak tree RSS {_mb(orchestrated.peak_tree_rss)} MB)"
+            )
+        else:
+            failed = True
+            print(f"health_prefect_s = {_failure(orchestrated)}")
+    return 1 if failed else 0
+
+
+def _label(rows: int) -> str:
+    return f"{rows // 1000}k" if rows % 1000 == 0 else str(rows)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
