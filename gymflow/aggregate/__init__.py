@@ -1,0 +1,60 @@
+"""Shard merge and aggregate metrics (spec ``aggregate.md``), local or on any fsspec storage.
+
+Metrics are pure functions over :class:`RowFacts` (the numbers a row contributes);
+:func:`run_aggregate` is the whole ``eval aggregate`` command in-process.
+"""
+
+from gymflow.aggregate._merge import write_merged
+from gymflow.aggregate._metrics import DuplicateRolloutError, GroupMetrics, group_metrics, key_metrics
+from gymflow.aggregate._passk import highest_k_metrics, pass_at_k
+from gymflow.aggregate._reduce import Coverage, ReduceSettings, Reduction, assign_labels, reduce_shards
+from gymflow.aggregate._rows import RowFacts, ScoreSpec, extract
+from gymflow.aggregate._run import (
+    COMMAND,
+    HEALTH_FAILED,
+    AggregateOptions,
+    AggregateOutcome,
+    ShardPart,
+    banner_lines,
+    finish_run,
+    is_up_to_date,
+    run_aggregate,
+    scan_part,
+    write_outputs,
+)
+from gymflow.aggregate._scan import ShardScan, scan_shard
+from gymflow.aggregate._select import metrics_path, select_shards, split_patterns
+
+__all__ = [
+    "COMMAND",
+    "HEALTH_FAILED",
+    "AggregateOptions",
+    "AggregateOutcome",
+    "Coverage",
+    "DuplicateRolloutError",
+    "GroupMetrics",
+    "ReduceSettings",
+    "Reduction",
+    "RowFacts",
+    "ScoreSpec",
+    "ShardPart",
+    "ShardScan",
+    "assign_labels",
+    "banner_lines",
+    "extract",
+    "finish_run",
+    "group_metrics",
+    "highest_k_metrics",
+    "is_up_to_date",
+    "key_metrics",
+    "metrics_path",
+    "pass_at_k",
+    "reduce_shards",
+    "run_aggregate",
+    "scan_part",
+    "scan_shard",
+    "select_shards",
+    "split_patterns",
+    "write_merged",
+    "write_outputs",
+]

@@ -1,0 +1,71 @@
+"""Writing the merged rollouts file (aggregate.md §1.3): all rows sorted by (task, rollout).
+
+Rows are copied from the shards' bytes (the local spool for remote shards) in sorted order, one
+row at a time, so memory does not depend on the file size. A row already in compact JSON is copied
+verbatim; any other row is re-serialized compactly. The file is replaced atomically.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator, Sequence
+
+import orjson
+
+from gymflow import storage
+from gymflow.aggregate._scan import ScanRow, ShardScan
+
+__all__ = ["merged_lines", "sorted_rows", "write_merged"]
+
+_BATCH = 4 * 2**20
+
+
+def sorted_rows(scans: Sequence[ShardScan]) -> list[tuple[ShardScan, ScanRow]]:
+    """Every loaded row in merge order: (task, rollout), then shard order, then line order."""
+    pairs = [(scan, row) for scan in scans for row in scan.rows]
+    pairs.sort(key=lambda pair: (pair[1].facts.task, pair[1].facts.rollout, pair[0].index, pair[1].line))
+    return pairs
+
+
+def _os_path(url: str) -> str:
+    return url[len("file://") :] if url.startswith("file://") else url
+
+
+def merged_lines(scans: Sequence[ShardScan]) -> Iterator[bytes]:
+    """The merged file's bytes, in batches of a few MB."""
+    handles: dict[int, int] = {}
+    try:
+        for scan in scans:
+            handles[scan.index] = os.open(_os_path(scan.source), os.O_RDONLY)
+        batch: list[bytes] = []
+        size = 0
+        for scan, row in sorted_rows(scans):
+            data = os.pread(handles[scan.index], row.length, row.offset)
+            if row.compact:
+                line = data if data.endswith(b"\n") else data + b"\n"
+            else:
+                line = orjson.dumps(_parse(data)) + b"\n"
+            batch.append(line)
+            size += len(line)
+            if size >= _BATCH:
+                yield b"".join(batch)
+                batch, size = [], 0
+        if batch:
+            yield b"".join(batch)
+    finally:
+        for handle in handles.values():
+            os.close(handle)
+
+
+def _parse(data: bytes) -> object:
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        # NaN / Infinity literals (accepted when the shard was read) are written as null.
+        return json.loads(data)
+
+
+def write_merged(scans: Sequence[ShardScan], output: str) -> None:
+    """Write all rows of ``scans`` to ``output`` in merge order, atomically."""
+    storage.write_atomic_lines(output, merged_lines(scans))

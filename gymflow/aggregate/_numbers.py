@@ -1,0 +1,95 @@
+"""Floating-point primitives with numpy's rounding behaviour, in plain Python.
+
+NeMo Gym 0.7.0 computes its statistics with numpy/pandas. To equal its numbers to the last bit
+without depending on numpy, sums use numpy's pairwise summation (blocks of 8 partial sums, split
+at 128 elements), the sample standard deviation is numpy's two-pass formula, and percentiles use
+numpy's "linear" interpolation (shared with ``gymflow.perf_summary``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from gymflow.aggregate._tdist import T975
+from gymflow.perf_summary import percentile
+
+__all__ = ["mean", "median", "pairwise_sum", "percentile", "sample_std", "t975"]
+
+_BLOCK = 128
+_Z975 = 1.959963984540054
+
+
+def _pairwise(values: Sequence[float], start: int, n: int) -> float:
+    if n < 8:
+        total = 0.0
+        for i in range(start, start + n):
+            total += values[i]
+        return total
+    if n <= _BLOCK:
+        r = [float(values[start + j]) for j in range(8)]
+        i = 8
+        stop = n - (n % 8)
+        while i < stop:
+            base = start + i
+            r[0] += values[base]
+            r[1] += values[base + 1]
+            r[2] += values[base + 2]
+            r[3] += values[base + 3]
+            r[4] += values[base + 4]
+            r[5] += values[base + 5]
+            r[6] += values[base + 6]
+            r[7] += values[base + 7]
+            i += 8
+        total = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]))
+        while i < n:
+            total += values[start + i]
+            i += 1
+        return total
+    half = n // 2
+    half -= half % 8
+    return _pairwise(values, start, half) + _pairwise(values, start + half, n - half)
+
+
+def pairwise_sum(values: Sequence[float]) -> float:
+    """Sum as ``numpy.sum`` does for a contiguous float64 array (same rounding)."""
+    return _pairwise(values, 0, len(values))
+
+
+def mean(values: Sequence[float]) -> float:
+    """``numpy.mean``: pairwise sum divided by the count."""
+    return pairwise_sum(values) / len(values)
+
+
+def median(values: Sequence[float]) -> float:
+    """Middle value, or the mean of the two middle values for an even count (as ``numpy.median``)."""
+    ordered = sorted(values)
+    n = len(ordered)
+    middle = n // 2
+    if n % 2:
+        return float(ordered[middle])
+    return (ordered[middle - 1] + ordered[middle]) / 2.0
+
+
+def sample_std(values: Sequence[float]) -> float:
+    """Sample standard deviation (n - 1 denominator), numpy's two-pass formula; needs n >= 2."""
+    n = len(values)
+    average = pairwise_sum(values) / n
+    squares = [(value - average) * (value - average) for value in values]
+    return math.sqrt(pairwise_sum(squares) / (n - 1))
+
+
+def t975(df: int) -> float:
+    """0.975 quantile of Student's t with ``df`` >= 1 degrees of freedom (scipy's value up to df 1000)."""
+    if df < 1:
+        raise ValueError(f"degrees of freedom must be >= 1, got {df}")
+    if df <= len(T975):
+        return T975[df - 1]
+    z = _Z975
+    z2 = z * z
+    g1 = (z2 * z + z) / 4
+    g2 = ((5 * z2 + 16) * z2 + 3) * z / 96
+    g3 = (((3 * z2 + 19) * z2 + 17) * z2 - 15) * z / 384
+    g4 = ((((79 * z2 + 776) * z2 + 1482) * z2 - 1920) * z2 - 945) * z / 92160
+    nu = float(df)
+    return z + g1 / nu + g2 / nu**2 + g3 / nu**3 + g4 / nu**4

@@ -1,0 +1,222 @@
+"""The reduce step: shards' facts -> one entry per group, coverage and console text (§1.3-§1.7).
+
+Pure over the per-shard results of :func:`~gymflow.aggregate._scan.scan_shard` and
+:func:`~gymflow.aggregate._sidecars.read_sidecars`; no I/O.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gymflow.aggregate._metrics import group_metrics
+from gymflow.aggregate._rows import RowFacts, ScoreSpec, extract
+from gymflow.aggregate._scan import GroupRef, ShardScan
+from gymflow.aggregate._sidecars import ShardSidecars
+from gymflow.errors import InputError
+from gymflow.perf_summary import PerfAccumulator
+
+__all__ = ["Coverage", "Reduction", "ReduceSettings", "assign_labels", "reduce_shards"]
+
+Identity = tuple[str, int, int]
+
+
+@dataclass(frozen=True)
+class ReduceSettings:
+    """The output-affecting settings of the metrics step."""
+
+    count_failure_classes_as_zero: tuple[str, ...] = ()
+    count_missing_rollouts_as_zero: bool = False
+    pass_majority: ScoreSpec | None = None
+
+
+@dataclass
+class Coverage:
+    """Counts behind the coverage lines of the banner (§1.7)."""
+
+    expected: int = 0
+    scored: int = 0
+    dropped: dict[str, int] = field(default_factory=dict)
+    imputed: int = 0
+
+    @property
+    def missing(self) -> int:
+        return sum(self.dropped.values())
+
+
+@dataclass
+class Reduction:
+    entries: list[dict[str, Any]]
+    coverage: Coverage
+    lines: list[str]
+    warnings: list[str]
+
+
+def _duplicate_check(scans: Sequence[ShardScan]) -> None:
+    seen: dict[Identity, tuple[str, int]] = {}
+    for scan in scans:
+        for row in scan.rows:
+            identity = (row.group.key, row.facts.task, row.facts.rollout)
+            first = seen.get(identity)
+            if first is None:
+                seen[identity] = (scan.url, row.line)
+                continue
+            where = (
+                f"in {first[0]!r} and {scan.url!r}"
+                if first[0] != scan.url
+                else f"in {scan.url!r} at lines {first[1]} and {row.line}"
+            )
+            raise InputError(
+                f"Duplicate rollout (group {identity[0]!r}, task {identity[1]}, "
+                f"rollout {identity[2]}) {where}"
+            )
+
+
+def assign_labels(groups: dict[str, GroupRef]) -> dict[str, str]:
+    """§1.6 labels: the agent's name when it belongs to one group only, else the group key;
+    then any label shared by several groups is replaced by the key, until labels are unique."""
+    agent_groups: dict[str, int] = {}
+    for ref in groups.values():
+        agent_groups[ref.agent] = agent_groups.get(ref.agent, 0) + 1
+    labels = {key: (ref.agent if agent_groups[ref.agent] == 1 else key) for key, ref in groups.items()}
+    while True:
+        holders: dict[str, list[str]] = {}
+        for key, label in labels.items():
+            holders.setdefault(label, []).append(key)
+        clashing = [key for keys in holders.values() if len(keys) > 1 for key in keys if labels[key] != key]
+        if not clashing:
+            return labels
+        for key in clashing:
+            labels[key] = key
+
+
+def _with_dataset(row: dict[str, Any], dataset: dict[str, Any], carried: set[str]) -> dict[str, Any]:
+    for name, value in dataset.items():
+        if name in carried and name not in row:
+            row[name] = value
+    return row
+
+
+def reduce_shards(
+    scans: Sequence[ShardScan],
+    sidecars: Sequence[ShardSidecars],
+    settings: ReduceSettings,
+) -> Reduction:
+    """Group, count-as-zero, compute the metrics of every group, and the coverage numbers.
+
+    Raises :class:`InputError` for a rollout identity that occurs twice (naming both places).
+    """
+    _duplicate_check(scans)
+    lines: list[str] = []
+    warnings: list[str] = []
+    rows: dict[str, list[RowFacts]] = {}
+    groups: dict[str, GroupRef] = {}
+    perf: dict[str, PerfAccumulator] = {}
+    carried: dict[str, set[str]] = {}
+    scored_ids: set[Identity] = set()
+    for scan in scans:
+        for row in scan.rows:
+            groups.setdefault(row.group.key, row.group)
+            rows.setdefault(row.group.key, []).append(row.facts)
+            scored_ids.add((row.group.key, row.facts.task, row.facts.rollout))
+        for key, accumulator in scan.perf.items():
+            perf.setdefault(key, PerfAccumulator()).merge(accumulator)
+        for key, names in scan.row_keys.items():
+            carried.setdefault(key, set()).update(names)
+
+    materialized_ids: set[Identity] = set()
+    datasets: dict[tuple[int, int, int], dict[str, Any]] = {}
+    for index, car in enumerate(sidecars):
+        for item in car.materialized:
+            materialized_ids.add((item.group.key, item.task, item.rollout))
+            datasets.setdefault((index, item.task, item.rollout), item.dataset)
+
+    def add(ref: GroupRef, row: dict[str, Any]) -> None:
+        facts = extract(row, settings.pass_majority)
+        groups.setdefault(ref.key, ref)
+        rows.setdefault(ref.key, []).append(facts)
+        perf.setdefault(ref.key, PerfAccumulator()).add(None)
+        scored_ids.add((ref.key, facts.task, facts.rollout))
+
+    counted_classes = set(settings.count_failure_classes_as_zero)
+    dropped: dict[str, int] = {}
+    dropped_ids: set[Identity] = set()
+    counted: list[str] = []
+    for index, car in enumerate(sidecars):
+        for failure in car.failures:
+            identity = (failure.group.key, failure.task, failure.rollout)
+            if identity in scored_ids:
+                continue
+            if failure.failure_class in counted_classes and failure.names_server:
+                dataset = datasets.get((index, failure.task, failure.rollout), {})
+                add(
+                    failure.group,
+                    _with_dataset(dict(failure.zero_row), dataset, carried.get(failure.group.key, set())),
+                )
+                counted.append(failure.failure_class)
+                continue
+            if identity not in dropped_ids:
+                dropped_ids.add(identity)
+                dropped[failure.failure_class] = dropped.get(failure.failure_class, 0) + 1
+    if counted:
+        lines.append(f"Counting {len(counted)} failure row(s) as scored zeros: {sorted(set(counted))!r}")
+
+    imputed = 0
+    if settings.count_missing_rollouts_as_zero:
+        anonymous = 0
+        for scan, car in zip(scans, sidecars, strict=True):
+            if car.materialized_file is None:
+                warnings.append(
+                    f"[WARNING] {car.materialized_expected} is missing; "
+                    "rollouts owed by that shard cannot be counted"
+                )
+                continue
+            shard_keys = {(row.facts.task, row.facts.rollout) for row in scan.rows}
+            shard_keys.update((failure.task, failure.rollout) for failure in car.failures)
+            for item in car.materialized:
+                identity = (item.group.key, item.task, item.rollout)
+                if (
+                    (item.task, item.rollout) in shard_keys
+                    or identity in scored_ids
+                    or identity in dropped_ids
+                ):
+                    continue
+                if not item.names_server:
+                    anonymous += 1
+                    continue
+                zero = _with_dataset(dict(item.stub), item.dataset, carried.get(item.group.key, set()))
+                add(item.group, zero)
+                imputed += 1
+        if imputed:
+            lines.append(f"Counting {imputed} materialized rollout(s) with no row as scored zeros")
+        if anonymous:
+            warnings.append(
+                f"[WARNING] {anonymous} materialized rollout(s) name no agent or environment server "
+                "and are not counted"
+            )
+
+    labels = assign_labels(groups)
+    entries: list[dict[str, Any]] = []
+    for key in sorted(groups, key=lambda k: (labels[k], k)):
+        label = labels[key]
+        metrics = group_metrics(rows[key], label, perf[key].result(), settings.pass_majority)
+        warnings.extend(metrics.warnings)
+        entry: dict[str, Any] = {"agent_ref": {"name": label}}
+        if groups[key].is_environment:
+            entry["_ng_environment_server"] = key
+        entry.update(metrics.blocks())
+        entries.append(entry)
+
+    scored = sum(len(group_rows) for group_rows in rows.values())
+    expected = len(materialized_ids | scored_ids | dropped_ids)
+    coverage = Coverage(
+        expected=expected, scored=scored, dropped=dict(sorted(dropped.items())), imputed=imputed
+    )
+    return Reduction(entries=entries, coverage=coverage, lines=lines, warnings=warnings)
+
+
+def key_metrics_lines(entry: dict[str, Any]) -> list[str]:
+    """``Key metrics for <label>:`` and the key metrics as 4-space JSON (§1.6)."""
+    return [f"Key metrics for {entry['agent_ref']['name']}:", json.dumps(entry["key_metrics"], indent=4)]

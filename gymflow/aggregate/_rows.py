@@ -1,0 +1,158 @@
+"""What the metrics need from one parsed rollout row, extracted once and kept instead of the row.
+
+A :class:`RowFacts` holds the identity, the mask flag, the numeric fields of aggregate.md §3.2, the
+``rollout_infos`` entry of §3.4 and (for the opt-in pass@k family) the score and answer. Everything
+else of the row (responses, trajectories, payloads) is dropped as soon as the row is parsed, so
+memory grows with the number of rows, never with their size.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from gymflow.errors import InputError
+
+__all__ = ["Answer", "RowFacts", "ScoreSpec", "extract", "read_index"]
+
+Number = int | float
+Answer = str | int | float | bytes | None
+
+
+@dataclass(frozen=True, slots=True)
+class ScoreSpec:
+    """How pass@k scores a row: ``score_field`` published as ``accuracy``, optional ``answer_key``."""
+
+    score_field: str = "reward"
+    answer_key: str | None = None
+
+
+_NAMES: dict[tuple[str, ...], tuple[str, ...]] = {}
+
+
+def _shared(names: tuple[str, ...]) -> tuple[str, ...]:
+    # Rows of one run share a handful of key layouts: keep one tuple of names per layout.
+    return _NAMES.setdefault(names, names)
+
+
+@dataclass(slots=True)
+class RowFacts:
+    """The numbers one row contributes to the metrics of its group.
+
+    Names and values are kept as parallel tuples (the name tuples shared between rows) so a row
+    costs a few hundred bytes whatever its size on disk.
+    """
+
+    task: int
+    rollout: int
+    masked: bool
+    field_names: tuple[str, ...]
+    field_values: tuple[Number, ...]
+    info_names: tuple[str, ...]
+    info_values: tuple[Any, ...]
+    score: float = 0.0
+    answer: Answer = None
+
+    @property
+    def fields(self) -> dict[str, Number]:
+        """§3.2 numeric fields, in discovery order."""
+        return dict(zip(self.field_names, self.field_values, strict=True))
+
+    @property
+    def info(self) -> dict[str, Any]:
+        """The row's ``rollout_infos`` entry (§3.4)."""
+        return dict(zip(self.info_names, self.info_values, strict=True))
+
+
+def _numeric(value: object) -> bool:
+    if isinstance(value, bool):
+        return True
+    if isinstance(value, int):
+        return True
+    return isinstance(value, float) and not math.isnan(value)
+
+
+def _as_number(value: Number) -> Number:
+    # JSON booleans count as 1 / 0 (bool is an int subclass; make the int explicit for output).
+    return int(value) if isinstance(value, bool) else value
+
+
+def read_index(row: Mapping[str, Any], key: str) -> int:
+    """``_ng_task_index`` / ``_ng_rollout_index``: missing or null reads as 0; must be an integer."""
+    value = row.get(key)
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{key} must be an integer, got {orjson.dumps(value).decode()}")
+    return value
+
+
+def _answer(value: object) -> Answer:
+    if value is None or isinstance(value, str | int | float):
+        return value
+    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+
+
+def extract(row: Mapping[str, Any], spec: ScoreSpec | None = None, where: str = "<row>") -> RowFacts:
+    """Extract a row's :class:`RowFacts` (aggregate.md §3.1, §3.2, §3.4, §4).
+
+    ``where`` names the row in error messages (``'<file>' line N``).
+    """
+    try:
+        task = read_index(row, "_ng_task_index")
+        rollout = read_index(row, "_ng_rollout_index")
+    except ValueError as exc:
+        raise InputError(f"{where}: {exc}") from None
+    masked = bool(row.get("mask_sample"))
+    response = row.get("response")
+    usage = response.get("usage") if isinstance(response, Mapping) else None
+    if not isinstance(usage, Mapping):
+        usage = None
+
+    # §3.2: top-level entries overlaid by usage entries (usage wins), then numeric, non-"_" ones.
+    fields: dict[str, Number] = {}
+    overlay: dict[str, Any] = dict(row)
+    if usage is not None:
+        overlay.update(usage)
+    for name, value in overlay.items():
+        if name.startswith("_") or name == "mask_sample" or not _numeric(value):
+            continue
+        fields[name] = _as_number(value)
+
+    # §3.4: reward (if present, even null), usage numerics, then top-level numerics (top-level wins).
+    info: dict[str, Any] = {
+        "rollout_id": f"{task}:{rollout}",
+        "_ng_task_index": task,
+        "_ng_rollout_index": rollout,
+    }
+    if "reward" in row:
+        reward = row["reward"]
+        info["reward"] = _as_number(reward) if isinstance(reward, bool) else reward
+    if usage is not None:
+        for name, value in usage.items():
+            if not name.startswith("_") and _numeric(value):
+                info[name] = _as_number(value)
+    for name, value in row.items():
+        if name in ("reward", "response", "mask_sample") or name.startswith("_") or not _numeric(value):
+            continue
+        info[name] = _as_number(value)
+
+    facts = RowFacts(
+        task=task,
+        rollout=rollout,
+        masked=masked,
+        field_names=_shared(tuple(fields)),
+        field_values=tuple(fields.values()),
+        info_names=_shared(tuple(info)),
+        info_values=tuple(info.values()),
+    )
+    if spec is not None:
+        raw = row.get(spec.score_field)
+        facts.score = float(raw) if isinstance(raw, int | float) and _numeric(raw) else 0.0
+        if spec.answer_key is not None:
+            facts.answer = _answer(row.get(spec.answer_key))
+    return facts

@@ -1,0 +1,306 @@
+"""The aggregate pipeline as steps (select, scan, merge, reduce, write) and the direct runner.
+
+The Prefect flow (``flows/aggregate.py``) runs the same steps as tasks; :func:`run_aggregate`
+runs them in-process. Progress text goes to an ``echo`` callback; the core never prints.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gymflow import provenance, storage
+from gymflow.aggregate._merge import write_merged
+from gymflow.aggregate._reduce import Coverage, ReduceSettings, Reduction, key_metrics_lines, reduce_shards
+from gymflow.aggregate._scan import ShardScan, scan_shard
+from gymflow.aggregate._select import metrics_path, select_shards
+from gymflow.aggregate._sidecars import ShardSidecars, read_sidecars
+
+__all__ = [
+    "COMMAND",
+    "AggregateOptions",
+    "AggregateOutcome",
+    "ShardPart",
+    "banner_lines",
+    "cache_key",
+    "input_digests",
+    "run_aggregate",
+    "run_health_after",
+    "scan_part",
+    "write_outputs",
+]
+
+logger = logging.getLogger(__name__)
+COMMAND = "eval aggregate"
+HEALTH_FAILED = "Rollout health checks failed after aggregation; aggregate artifacts are still available."
+
+Echo = Callable[[str], None]
+
+
+def _quiet(_: str) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class AggregateOptions:
+    """Everything one aggregate run needs, already validated (the CLI builds it from flags/config)."""
+
+    input_glob: str
+    output: str
+    merge_shards: bool = True
+    settings: ReduceSettings = field(default_factory=ReduceSettings)
+    agent_environments: Mapping[str, str] = field(default_factory=dict)
+    config_files: tuple[str, ...] = ()
+    health_check: bool = True
+    health_check_workers: int | None = None
+    health_check_ignored: tuple[str, ...] = ()
+    use_cache: bool = True
+
+    @property
+    def metrics_path(self) -> str:
+        return metrics_path(self.output)
+
+    @property
+    def record_path(self) -> str:
+        return provenance.record_path(self.output)
+
+    def parameters(self) -> dict[str, Any]:
+        """Settings that can change an output byte (the cache key's parameters)."""
+        pass_majority = self.settings.pass_majority
+        return {
+            "merge_shards": self.merge_shards,
+            "count_failure_classes_as_zero": list(self.settings.count_failure_classes_as_zero),
+            "count_missing_rollouts_as_zero": self.settings.count_missing_rollouts_as_zero,
+            "pass_majority": None
+            if pass_majority is None
+            else {"score_field": pass_majority.score_field, "answer_key": pass_majority.answer_key},
+            "agent_environments": dict(sorted(self.agent_environments.items())),
+        }
+
+
+@dataclass
+class ShardPart:
+    """The per-shard result: the shard's scan and its sidecars."""
+
+    scan: ShardScan
+    sidecars: ShardSidecars
+
+
+@dataclass
+class AggregateOutcome:
+    shards: list[str]
+    output: str
+    merged: bool
+    metrics_path: str
+    record_path: str
+    up_to_date: bool
+    entries: list[dict[str, Any]] = field(default_factory=list)
+    coverage: Coverage | None = None
+    health_lines: list[str] = field(default_factory=list)
+    health_error: str | None = None
+
+
+def scan_part(shard: str, index: int, options: AggregateOptions, spool_dir: str | None) -> ShardPart:
+    """Read one shard (hash, parse, facts) and its sidecars."""
+    scan = scan_shard(shard, index, options.settings.pass_majority, options.agent_environments, spool_dir)
+    keys = {(row.facts.task, row.facts.rollout) for row in scan.rows}
+    return ShardPart(scan, read_sidecars(shard, keys, options.agent_environments))
+
+
+def input_digests(
+    parts: Sequence[ShardPart], options: AggregateOptions
+) -> list[tuple[str, provenance.FileDigest]]:
+    """(role, digest) of every file read: shards, their sidecars, config files."""
+    out: list[tuple[str, provenance.FileDigest]] = []
+    for part in parts:
+        index = part.scan.index
+        out.append(
+            (
+                f"shard:{index}",
+                provenance.FileDigest(storage.to_uri(part.scan.url), part.scan.sha256, part.scan.nbytes),
+            )
+        )
+        for role, sidecar in (
+            ("failures", part.sidecars.failures_file),
+            ("materialized", part.sidecars.materialized_file),
+        ):
+            if sidecar is not None:
+                out.append(
+                    (
+                        f"{role}:{index}",
+                        provenance.FileDigest(storage.to_uri(sidecar.url), sidecar.sha256, sidecar.nbytes),
+                    )
+                )
+    for number, path in enumerate(options.config_files):
+        out.append((f"config:{number}", provenance.digest(path)))
+    return out
+
+
+def cache_key(options: AggregateOptions, inputs: Sequence[tuple[str, provenance.FileDigest]]) -> str:
+    return provenance.cache_key(COMMAND, options.parameters(), [(role, item.sha256) for role, item in inputs])
+
+
+def prehash(shards: Sequence[str], options: AggregateOptions) -> list[tuple[str, provenance.FileDigest]]:
+    """Digests of the inputs without parsing them: what the up-to-date check compares."""
+    from gymflow.aggregate._select import failures_path, materialized_path
+
+    out: list[tuple[str, provenance.FileDigest]] = []
+    for index, shard in enumerate(shards):
+        out.append((f"shard:{index}", provenance.digest(shard)))
+        for role, path in (("failures", failures_path(shard)), ("materialized", materialized_path(shard))):
+            if storage.isfile(path):
+                out.append((f"{role}:{index}", provenance.digest(path)))
+    for number, path in enumerate(options.config_files):
+        out.append((f"config:{number}", provenance.digest(path)))
+    return out
+
+
+def is_up_to_date(shards: Sequence[str], options: AggregateOptions) -> bool:
+    """Whether the record at the output already covers these exact inputs and settings."""
+    if not options.use_cache or not storage.isfile(options.record_path):
+        return False
+    return provenance.up_to_date(options.record_path, cache_key(options, prehash(shards, options)))
+
+
+def write_outputs(
+    parts: Sequence[ShardPart],
+    reduction: Reduction,
+    options: AggregateOptions,
+    orchestrator: Mapping[str, Any],
+    started_at: str,
+) -> None:
+    """Write the metrics file, then (last) the provenance record listing every output."""
+    text = json.dumps(reduction.entries, indent=2)
+    storage.write_atomic(options.metrics_path, text.encode())
+    outputs = [provenance.digest(options.metrics_path)]
+    if options.merge_shards:
+        outputs.insert(0, provenance.digest(options.output))
+    inputs = input_digests(parts, options)
+    record = provenance.build_record(
+        command=COMMAND,
+        cache_key=cache_key(options, inputs),
+        inputs=[item for _, item in inputs],
+        outputs=outputs,
+        parameters={**options.parameters(), "input_glob": options.input_glob, "output": options.output},
+        orchestrator=orchestrator,
+        started_at=started_at,
+        finished_at=provenance.timestamp(),
+    )
+    provenance.write_record(options.record_path, record)
+
+
+def loaded_line(parts: Sequence[ShardPart]) -> str:
+    count = sum(len(part.scan.rows) for part in parts)
+    return f"Loaded {count} rollout record(s) from {len(parts)} shard(s)"
+
+
+def banner_lines(options: AggregateOptions, coverage: Coverage | None) -> list[str]:
+    """The closing block of §1.7."""
+    lines = [
+        "Finished rollout aggregation! View results at:",
+        f"Merged rollouts: {options.output if options.merge_shards else '<not merged>'}",
+        f"Aggregate metrics: {options.metrics_path}",
+    ]
+    if coverage is None:
+        return lines
+    if coverage.missing:
+        classes = ", ".join(f"{count} {name}" for name, count in coverage.dropped.items())
+        lines.append(
+            f"Rollouts missing from the score: {coverage.missing} of {coverage.expected} materialized "
+            f"({classes} routed this run; see the shards' _failures.jsonl sidecars)"
+        )
+        lines.append(f"Metrics cover: {coverage.scored} of {coverage.expected} rollouts")
+    if coverage.imputed:
+        lines.append(
+            f"Scored as zero because they left no row: {coverage.imputed} of {coverage.expected} rollouts"
+        )
+    return lines
+
+
+def run_health_after(options: AggregateOptions, shards: Sequence[str]) -> tuple[list[str], str | None]:
+    """§1.8: health checks on the merged file (or the shards); a failure is logged, not raised."""
+    if not options.health_check:
+        return [], None
+    try:
+        from gymflow.health import run_health
+
+        paths = [options.output] if options.merge_shards else list(shards)
+        outcome = run_health(
+            paths,
+            report_dir=storage.parent(options.output),
+            workers=options.health_check_workers,
+            ignored_checks=list(options.health_check_ignored),
+            use_cache=options.use_cache,
+        )
+    except Exception as exc:  # noqa: BLE001 - any failure here must not fail the command (§1.8)
+        logger.warning(HEALTH_FAILED)
+        logger.debug("health check failure", exc_info=True)
+        return [], f"{type(exc).__name__}: {exc}"
+    return outcome.console_line.splitlines(), None
+
+
+def run_aggregate(
+    options: AggregateOptions,
+    echo: Echo = _quiet,
+    orchestrator: Mapping[str, Any] | None = None,
+) -> AggregateOutcome:
+    """Run ``eval aggregate`` in-process: select, scan, merge, reduce, write, health."""
+    started_at = provenance.timestamp()
+    shards = select_shards(options.input_glob, options.output)
+    outcome = AggregateOutcome(
+        shards, options.output, options.merge_shards, options.metrics_path, options.record_path, False
+    )
+    echo(f"Aggregating {len(shards)} shard(s):")
+    for shard in shards:
+        echo(f"  - {shard}")
+    if is_up_to_date(shards, options):
+        outcome.up_to_date = True
+        echo(f"Aggregate outputs are up to date (provenance record {options.record_path}); nothing to do")
+        outcome.health_lines, outcome.health_error = run_health_after(options, shards)
+        for line in outcome.health_lines:
+            echo(line)
+        return outcome
+    spool_dir = tempfile.mkdtemp(prefix="gymflow-aggregate-")
+    try:
+        parts = [scan_part(shard, index, options, spool_dir) for index, shard in enumerate(shards)]
+        echo(loaded_line(parts))
+        if options.merge_shards:
+            echo(f"Merging shards into {options.output}")
+            write_merged([part.scan for part in parts], options.output)
+    finally:
+        shutil.rmtree(spool_dir, ignore_errors=True)
+    reduction = reduce_shards([p.scan for p in parts], [p.sidecars for p in parts], options.settings)
+    finish_run(parts, reduction, options, outcome, echo, orchestrator or {"kind": "direct"}, started_at)
+    return outcome
+
+
+def finish_run(
+    parts: Sequence[ShardPart],
+    reduction: Reduction,
+    options: AggregateOptions,
+    outcome: AggregateOutcome,
+    echo: Echo,
+    orchestrator: Mapping[str, Any],
+    started_at: str,
+) -> None:
+    """Print the reduce step's text, write outputs and record, print the banner, run health."""
+    for line in reduction.lines:
+        echo(line)
+    for warning in dict.fromkeys(reduction.warnings):
+        logger.warning(warning)
+    write_outputs(parts, reduction, options, orchestrator, started_at)
+    for entry in reduction.entries:
+        for line in key_metrics_lines(entry):
+            echo(line)
+    for line in banner_lines(options, reduction.coverage):
+        echo(line)
+    outcome.entries = reduction.entries
+    outcome.coverage = reduction.coverage
+    outcome.health_lines, outcome.health_error = run_health_after(options, outcome.shards)
+    for line in outcome.health_lines:
+        echo(line)

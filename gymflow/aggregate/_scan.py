@@ -1,0 +1,162 @@
+"""Reading one shard in a single streaming pass: hash, parse, per-row facts (aggregate.md §1.3).
+
+:func:`scan_shard` is the per-shard unit of work (one Prefect task per shard runs it). It keeps,
+per row, only its :class:`RowFacts`, its group and where its bytes are, never the row itself.
+Remote shards are spooled to a local temporary file during the same pass, so the merge can later
+copy rows in sorted order without a second download.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, BinaryIO
+
+import orjson
+
+from gymflow import storage
+from gymflow.aggregate._rows import RowFacts, ScoreSpec, extract
+from gymflow.errors import InputError
+from gymflow.perf_summary import PerfAccumulator
+
+__all__ = ["GroupRef", "ScanRow", "ShardScan", "parse_line", "resolve_group", "scan_shard"]
+
+NO_AGENT = "agent"
+"""Group of a row that names neither an environment server nor an agent."""
+
+
+@dataclass(frozen=True, slots=True)
+class GroupRef:
+    """The group a row belongs to (§1.6): an environment server, or else its agent's name."""
+
+    key: str
+    is_environment: bool
+    agent: str
+
+
+def resolve_group(row: Mapping[str, Any], agent_environments: Mapping[str, str]) -> GroupRef:
+    """Group of ``row``: its ``_ng_environment_server`` stamp, else the environment server the
+    config puts in front of its agent, else the agent name (no error without a config)."""
+    agent_ref = row.get("agent_ref")
+    agent = agent_ref.get("name") if isinstance(agent_ref, Mapping) else None
+    agent_name = agent if isinstance(agent, str) and agent else NO_AGENT
+    stamp = row.get("_ng_environment_server")
+    if isinstance(stamp, str) and stamp:
+        return GroupRef(stamp, True, agent_name)
+    environment = agent_environments.get(agent_name)
+    if environment is not None:
+        return GroupRef(environment, True, agent_name)
+    return GroupRef(agent_name, False, agent_name)
+
+
+@dataclass(slots=True)
+class ScanRow:
+    """One loaded row: its facts, group, line number and byte span in the shard."""
+
+    facts: RowFacts
+    group: GroupRef
+    line: int
+    offset: int
+    length: int
+    compact: bool
+
+
+@dataclass
+class ShardScan:
+    """What one shard contributes: digest, rows (facts only), per-group perf and key sets."""
+
+    url: str
+    index: int
+    sha256: str
+    nbytes: int
+    rows: list[ScanRow] = field(default_factory=list)
+    perf: dict[str, PerfAccumulator] = field(default_factory=dict)
+    row_keys: dict[str, set[str]] = field(default_factory=dict)
+    spool: str | None = None
+
+    @property
+    def source(self) -> str:
+        """Local file holding the shard's bytes (the spool for remote shards)."""
+        return self.spool if self.spool is not None else self.url
+
+
+def parse_line(url: str, line_number: int, text: bytes) -> dict[str, Any]:
+    """Parse one non-blank line as a JSON object; errors name the file and the line."""
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        try:
+            # The reference's parser also accepts NaN / Infinity; use it before giving up.
+            value = json.loads(text)
+        except ValueError as exc:
+            raise InputError(f"Malformed JSON in {url!r} at line {line_number}: {exc}") from None
+    if not isinstance(value, dict):
+        kind = type(value).__name__ if value is not None else "null"
+        raise InputError(
+            f"Malformed rollout in {url!r} at line {line_number}: expected a JSON object, got {kind}"
+        )
+    return value
+
+
+def _is_compact(obj: dict[str, Any], line: bytes) -> bool:
+    dumped = orjson.dumps(obj)
+    end = len(line) - (1 if line.endswith(b"\n") else 0)
+    return len(dumped) == end and line.startswith(dumped)
+
+
+def scan_shard(
+    url: str,
+    index: int,
+    spec: ScoreSpec | None = None,
+    agent_environments: Mapping[str, str] | None = None,
+    spool_dir: str | None = None,
+) -> ShardScan:
+    """Stream ``url`` once: SHA-256 of its bytes, and the facts of every non-blank line.
+
+    ``spool_dir`` (used for non-local shards) receives a local copy of the bytes for the merge.
+    Raises :class:`InputError` naming file and line for a malformed line or index.
+    """
+    environments = agent_environments or {}
+    digest = hashlib.sha256()
+    nbytes = 0
+    scan = ShardScan(url=url, index=index, sha256="", nbytes=0)
+    spool: BinaryIO | None = None
+    if spool_dir is not None and not storage.is_local(url):
+        handle, scan.spool = tempfile.mkstemp(prefix="shard-", suffix=".jsonl", dir=spool_dir)
+        spool = os.fdopen(handle, "wb", buffering=2**20)
+    try:
+        line_number = 0
+        for offset, line in storage.iter_lines(url):
+            line_number += 1
+            digest.update(line)
+            nbytes += len(line)
+            if spool is not None:
+                spool.write(line)
+            if not line or line.isspace():
+                continue
+            row = parse_line(url, line_number, line)
+            facts = extract(row, spec, where=f"{url!r} line {line_number}")
+            group = resolve_group(row, environments)
+            accumulator = scan.perf.get(group.key)
+            if accumulator is None:
+                accumulator = scan.perf[group.key] = PerfAccumulator()
+                scan.row_keys[group.key] = set()
+            accumulator.add(row.get("ng_perf"))
+            scan.row_keys[group.key].update(row)
+            scan.rows.append(ScanRow(facts, group, line_number, offset, len(line), _is_compact(row, line)))
+    except BaseException:
+        if spool is not None:
+            spool.close()
+            os.unlink(spool.name if isinstance(spool.name, str) else str(scan.spool))
+            spool = None
+        raise
+    finally:
+        if spool is not None:
+            spool.close()
+    scan.sha256 = digest.hexdigest()
+    scan.nbytes = nbytes
+    return scan
