@@ -1,0 +1,348 @@
+"""Joining a rollouts file: settings, byte ranges, atomic output, cache key and provenance.
+
+The direct path (:func:`run_join`) streams the rollouts file once, joins each row as it is read
+and writes the output through a temporary file renamed into place, so memory stays flat with the
+number of rows. The Prefect flow uses the same pieces: :func:`join_range` for one byte range
+(written to a part file), :func:`concatenate_parts`, :func:`finish`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import uuid
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import PurePath
+from typing import Any, Final
+
+import orjson
+
+from gymflow import provenance, storage
+from gymflow.errors import InputError, UsageError
+from gymflow.join.capture import JSONL_SUFFIX, MARKER_SUFFIX, CaptureStore
+from gymflow.join.row import join_row_outcome
+from gymflow.join.stats import JoinStats
+
+__all__ = [
+    "COMMAND",
+    "JoinResult",
+    "JoinSettings",
+    "cache_key",
+    "concatenate_parts",
+    "finish",
+    "join_lines",
+    "join_range",
+    "resolve_settings",
+    "run_join",
+]
+
+logger = logging.getLogger(__name__)
+
+COMMAND: Final = "eval join"
+DEFAULT_ROLLOUTS: Final = "rollouts.jsonl"
+DEFAULT_CAPTURE_DIR: Final = "model-calls"
+
+
+@dataclass(frozen=True)
+class JoinSettings:
+    """Where to read and write, and the two switches that change output bytes."""
+
+    rollouts: str
+    output: str
+    capture_dir: str | None
+    perf: bool = True
+
+    def parameters(self) -> dict[str, Any]:
+        """Output-affecting parameters (the cache key's); paths are not part of the key."""
+        return {"capture": self.capture_dir is not None, "perf": self.perf}
+
+    def record_parameters(self) -> dict[str, Any]:
+        return {
+            **self.parameters(),
+            "rollouts": storage.to_uri(self.rollouts),
+            "capture_dir": None if self.capture_dir is None else storage.to_uri(self.capture_dir),
+            "output": storage.to_uri(self.output),
+        }
+
+
+@dataclass
+class JoinResult:
+    """What a join did; ``up_to_date`` means nothing was recomputed."""
+
+    settings: JoinSettings
+    summary: dict[str, Any]
+    record_url: str
+    warnings: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    up_to_date: bool = False
+
+
+def _under(run_dir: str, path: str) -> str:
+    if "://" in path or os.path.isabs(path):
+        return path
+    if "://" in run_dir:
+        return storage.join(run_dir, path)
+    return str(PurePath(run_dir) / path)
+
+
+def default_output(rollouts: str) -> str:
+    """``<stem>_joined.jsonl`` beside the rollouts file."""
+    base = storage.name(rollouts)
+    stem = base[: -len(".jsonl")] if base.endswith(".jsonl") else base
+    return rollouts[: len(rollouts.rstrip("/")) - len(base)] + f"{stem}_joined.jsonl"
+
+
+def resolve_settings(
+    run_dir: str,
+    rollouts: str | None = None,
+    capture_dir: str | None = None,
+    output: str | None = None,
+    *,
+    no_capture: bool = False,
+    perf: bool = True,
+) -> JoinSettings:
+    """Defaults of ``gymflow eval join``: relative paths resolve under ``run_dir``."""
+    rollouts_url = _under(run_dir, rollouts or DEFAULT_ROLLOUTS)
+    output_url = _under(run_dir, output) if output else default_output(rollouts_url)
+    if storage.to_uri(output_url) == storage.to_uri(rollouts_url):
+        raise UsageError(f"--output {output_url} is the input file; the join never edits its input in place")
+    capture = None if no_capture else _under(run_dir, capture_dir or DEFAULT_CAPTURE_DIR)
+    return JoinSettings(rollouts=rollouts_url, output=output_url, capture_dir=capture, perf=perf)
+
+
+def _parse_row(line: bytes, where: str) -> tuple[dict[str, Any], bool]:
+    """The row object of a line, and whether it needed the json module (NaN, huge integers)."""
+    try:
+        value = orjson.loads(line)
+        fallback = False
+    except orjson.JSONDecodeError:
+        try:
+            value = json.loads(line)
+        except ValueError as exc:
+            raise InputError(f"{where}: not a JSON object ({exc}); nothing was written") from None
+        fallback = True
+    if not isinstance(value, dict):
+        raise InputError(f"{where}: not a JSON object ({type(value).__name__}); nothing was written")
+    return value, fallback
+
+
+def _dump(row: dict[str, Any], fallback: bool) -> bytes:
+    if not fallback:
+        try:
+            return orjson.dumps(row) + b"\n"
+        except TypeError:
+            pass
+    return json.dumps(row, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+
+
+def join_lines(
+    lines: Iterable[tuple[int, bytes]],
+    store: CaptureStore | None,
+    stats: JoinStats,
+    *,
+    perf: bool = True,
+    source: str = "rollouts",
+) -> Iterator[bytes]:
+    """Join ``(offset, line)`` pairs into output lines; blank lines are dropped.
+
+    A line that is not a JSON object raises :class:`~gymflow.errors.InputError` (the caller
+    writes nothing). A row error writes the input line unchanged.
+    """
+    for offset, line in lines:
+        text = line.strip()
+        if not text:
+            continue
+        where = f"{source} at byte {offset}"
+        row, fallback = _parse_row(text, where)
+        outcome = join_row_outcome(row, store, perf=perf)
+        stats.add(outcome, where)
+        yield text + b"\n" if outcome.error is not None else _dump(outcome.row, fallback)
+    if store is not None:
+        stats.files_read.extend(store.files_read)
+        store.files_read.clear()
+
+
+def _store(settings: JoinSettings, warnings: list[str] | None = None) -> CaptureStore | None:
+    if settings.capture_dir is None:
+        return None
+    store = CaptureStore(settings.capture_dir)
+    store.list_names()
+    if store.missing:
+        message = (
+            f"capture directory {settings.capture_dir} does not exist; treating it as empty "
+            "(every row gets model_call_capture_no_records)"
+        )
+        logger.warning(message)
+        if warnings is not None:
+            warnings.append(message)
+    return store
+
+
+def join_range(settings: JoinSettings, start: int, end: int, part_url: str) -> JoinStats:
+    """Join the rows starting in bytes ``[start, end)`` of the rollouts file into ``part_url``."""
+    stats = JoinStats()
+    store = _store(settings)
+    lines = storage.iter_lines(settings.rollouts, start, end)
+    storage.write_atomic_lines(
+        part_url, join_lines(lines, store, stats, perf=settings.perf, source=settings.rollouts)
+    )
+    return stats
+
+
+def part_urls(settings: JoinSettings, count: int) -> list[str]:
+    """Temporary part files beside the output, one per byte range."""
+    folder = f".{storage.name(settings.output)}.parts-{uuid.uuid4().hex[:12]}"
+    base = storage.join(storage.parent(settings.output), folder)
+    return [storage.join(base, f"{i:05d}.jsonl") for i in range(count)]
+
+
+def _remove(urls: Iterable[str]) -> None:
+    for url in urls:
+        try:
+            if storage.is_local(url):
+                path = url.removeprefix("file://")
+                os.unlink(path)
+                parent = os.path.dirname(path)
+                if not os.listdir(parent):
+                    os.rmdir(parent)
+            else:
+                fs, path = storage.filesystem(url)
+                fs.rm_file(path)
+        except OSError as exc:  # pragma: no cover - leftovers are harmless, and named
+            logger.warning("could not remove part file %s: %s", url, exc)
+
+
+def concatenate_parts(settings: JoinSettings, parts: list[str]) -> provenance.FileDigest:
+    """Write the parts, in order, to the output atomically; remove them; return the output digest."""
+    digest = hashlib.sha256()
+    count = 0
+
+    def chunks() -> Iterator[bytes]:
+        nonlocal count
+        for part in parts:
+            with storage.open_read(part) as f:
+                while chunk := f.read(storage.CHUNK_SIZE):
+                    digest.update(chunk)
+                    count += len(chunk)
+                    yield chunk
+
+    storage.write_atomic_lines(settings.output, chunks())
+    _remove(parts)
+    return provenance.FileDigest(storage.to_uri(settings.output), digest.hexdigest(), count)
+
+
+def capture_listing(settings: JoinSettings) -> list[str]:
+    """URLs of every capture file and marker in the capture directory (sorted)."""
+    if settings.capture_dir is None:
+        return []
+    store = CaptureStore(settings.capture_dir)
+    names = store.list_names() or frozenset()
+    return [storage.join(settings.capture_dir, name) for name in sorted(names)]
+
+
+def _capture_role(uri: str) -> str:
+    name = storage.name(uri)
+    return f"capture:{name}" if name.endswith((JSONL_SUFFIX, MARKER_SUFFIX)) else "capture"
+
+
+def cache_key(settings: JoinSettings, rollouts_sha: str, capture: Iterable[provenance.FileDigest]) -> str:
+    """The cache key: rollouts bytes, every capture file of the directory (by name), parameters."""
+    inputs = [("rollouts", rollouts_sha)] + [(_capture_role(d.uri), d.sha256) for d in capture]
+    return provenance.cache_key(COMMAND, settings.parameters(), inputs)
+
+
+def current_key(settings: JoinSettings) -> str:
+    """Hash the inputs as they are now and return their cache key (for the up-to-date check)."""
+    rollouts_sha, _ = storage.sha256(settings.rollouts)
+    return cache_key(settings, rollouts_sha, [provenance.digest(url) for url in capture_listing(settings)])
+
+
+def finish(
+    settings: JoinSettings,
+    stats: JoinStats,
+    rollouts: provenance.FileDigest,
+    output: provenance.FileDigest,
+    orchestrator: dict[str, Any],
+    started_at: str,
+) -> str:
+    """Write the provenance record (last, after the output); return its URL.
+
+    Inputs: the rollouts file and every capture file read; capture files in the directory that no
+    row read are hashed too, for the cache key only.
+    """
+    read = {d.uri: provenance.FileDigest(d.uri, d.sha256, d.bytes) for d in stats.files_read}
+    everything = dict(read)
+    for url in capture_listing(settings):
+        uri = storage.to_uri(url)
+        if uri not in everything:
+            everything[uri] = provenance.digest(url)
+    key = cache_key(settings, rollouts.sha256, everything.values())
+    record = provenance.build_record(
+        command=COMMAND,
+        cache_key=key,
+        inputs=[rollouts, *sorted(read.values(), key=lambda d: d.uri)],
+        outputs=[output],
+        parameters=settings.record_parameters(),
+        orchestrator=orchestrator,
+        started_at=started_at,
+        finished_at=provenance.timestamp(),
+    )
+    url = provenance.record_path(settings.output)
+    provenance.write_record(url, record)
+    return url
+
+
+def run_join(settings: JoinSettings, *, use_cache: bool = True) -> JoinResult:
+    """Join the whole rollouts file in this process and write output and provenance."""
+    started_at = provenance.timestamp(datetime.now(UTC))
+    record_url = provenance.record_path(settings.output)
+    warnings: list[str] = []
+    if not storage.isfile(settings.rollouts):
+        raise InputError(f"{settings.rollouts}: rollouts file not found")
+    if use_cache and storage.exists(record_url) and provenance.up_to_date(record_url, current_key(settings)):
+        record = provenance.read_record(record_url) or {}
+        return JoinResult(settings, {"cache_key": record.get("cache_key")}, record_url, up_to_date=True)
+    store = _store(settings, warnings)
+    stats = JoinStats()
+    rollouts_hash = hashlib.sha256()
+    rollouts_bytes = 0
+    out_hash = hashlib.sha256()
+    out_bytes = 0
+
+    def hashed_lines() -> Iterator[tuple[int, bytes]]:
+        nonlocal rollouts_bytes
+        for offset, line in storage.iter_lines(settings.rollouts):
+            rollouts_hash.update(line)
+            rollouts_bytes += len(line)
+            yield offset, line
+
+    def output_lines() -> Iterator[bytes]:
+        nonlocal out_bytes
+        batch: list[bytes] = []
+        size = 0
+        for line in join_lines(hashed_lines(), store, stats, perf=settings.perf, source=settings.rollouts):
+            batch.append(line)
+            size += len(line)
+            if size >= 2**20:
+                chunk = b"".join(batch)
+                out_hash.update(chunk)
+                out_bytes += len(chunk)
+                yield chunk
+                batch, size = [], 0
+        if batch:
+            chunk = b"".join(batch)
+            out_hash.update(chunk)
+            out_bytes += len(chunk)
+            yield chunk
+
+    storage.write_atomic_lines(settings.output, output_lines())
+    rollouts = provenance.FileDigest(
+        storage.to_uri(settings.rollouts), rollouts_hash.hexdigest(), rollouts_bytes
+    )
+    output = provenance.FileDigest(storage.to_uri(settings.output), out_hash.hexdigest(), out_bytes)
+    record_url = finish(settings, stats, rollouts, output, {"kind": "direct"}, started_at)
+    return JoinResult(settings, stats.summary(), record_url, warnings, list(stats.errors))
