@@ -178,7 +178,7 @@ def test_sha256_of_a_large_local_file(tmp_path: Path) -> None:
 # -- lines and ranges --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("chunk", [1, 2, 3, 5, 8, 64])
+@pytest.mark.parametrize("chunk", [1, 3, 64])
 @pytest.mark.parametrize(
     "data",
     [SAMPLE, b"", b"\n", b"no newline", b"a\nb\n", b"\n\n\nx", b"ab\r\ncd\r\n"],
