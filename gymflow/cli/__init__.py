@@ -10,28 +10,30 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from types import ModuleType
 
 from gymflow import __version__
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from gymflow.cli import health, provenance
+    from gymflow.cli import health as health_command
+    from gymflow.cli import provenance as provenance_command
 
     parser = argparse.ArgumentParser(prog="gymflow", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"gymflow {__version__}")
     groups = parser.add_subparsers(dest="group", required=True)
     eval_parser = groups.add_parser("eval", help="work on the artifacts of an evaluation run")
     eval_commands = eval_parser.add_subparsers(dest="command", required=True)
-    health.register(eval_commands)
+    health_command.register(eval_commands)
     for optional in ("aggregate", "join"):
         module = _optional_command(optional)
         if module is not None:
             module.register(eval_commands)
-    provenance.register(groups)
+    provenance_command.register(groups)
     return parser
 
 
-def _optional_command(name: str) -> object | None:
+def _optional_command(name: str) -> ModuleType | None:
     import importlib
 
     try:

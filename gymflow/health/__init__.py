@@ -6,7 +6,7 @@ ranges of the input (serially or in a process pool), reduces the rows and writes
 
 from gymflow.health._registry import CHECK_IDS, ROLLOUT_CHECK_IDS, TASK_CHECK_IDS, normalize_ignored
 from gymflow.health._report import HealthReport, build_report
-from gymflow.health._run import HealthOutcome, cache_key, record_outputs, run_health
+from gymflow.health._run import HealthOutcome, cache_key, cached_outcome, record_outputs, run_health
 from gymflow.health._runner import (
     ByteRange,
     HealthPlan,
@@ -30,6 +30,7 @@ __all__ = [
     "RangeResult",
     "build_report",
     "cache_key",
+    "cached_outcome",
     "default_workers",
     "evaluate_all",
     "evaluate_range",

@@ -6,7 +6,6 @@ import json
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from gymflow import provenance, storage
@@ -45,10 +44,6 @@ def cache_key(plan_: HealthPlan, inputs: Sequence[provenance.FileDigest]) -> str
     return provenance.cache_key(COMMAND, parameters(plan_), [("rollouts", item.sha256) for item in inputs])
 
 
-def now() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
 def record_outputs(
     plan_: HealthPlan,
     report: HealthReport,
@@ -68,7 +63,7 @@ def record_outputs(
         parameters={**parameters(plan_), "workers": plan_.workers},
         orchestrator=orchestrator,
         started_at=started_at,
-        finished_at=now(),
+        finished_at=provenance.timestamp(),
     )
     provenance.write_record(record_url, record)
     return HealthOutcome(report.summary, summary_url, record_url, False, report.console_line())
@@ -97,7 +92,7 @@ def run_health(
     With ``use_cache``, a run whose record shows the same inputs and parameters, and whose reports
     are intact, does no work and returns ``up_to_date=True``.
     """
-    started_at = now()
+    started_at = provenance.timestamp()
     plan_ = plan(paths, workers, ignored_checks)
     directory = report_dir_for(paths, report_dir)
     summary_url = storage.join(directory, "quality_summary.json")

@@ -70,7 +70,6 @@ def plan(
     paths: Sequence[str],
     workers: int | None = None,
     ignored_checks: str | Iterable[str] | None = None,
-    range_bytes: int = RANGE_BYTES,
 ) -> HealthPlan:
     """Validate the call (in the reference's order) and split the inputs into byte ranges."""
     ignored = normalize_ignored(ignored_checks)
@@ -85,7 +84,7 @@ def plan(
     for index, path in enumerate(paths):
         size = storage.size(path)
         total += size
-        parts = 1 if limit <= 1 else max(1, min(MAX_RANGES_PER_FILE, math.ceil(size / range_bytes)))
+        parts = 1 if limit <= 1 else max(1, min(MAX_RANGES_PER_FILE, math.ceil(size / RANGE_BYTES)))
         ranges += [ByteRange(index, path, start, end) for start, end in storage.split_ranges(path, parts)]
     if workers is not None and workers < 1:
         raise UsageError("workers must be at least 1")

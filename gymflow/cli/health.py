@@ -1,0 +1,168 @@
+"""``gymflow eval health-check RUN_DIR``: flags, messages and exit codes of NeMo Gym 0.7.0's
+``gym eval health-check`` (health spec §7), plus ``--direct``, ``--no-cache`` and S3 paths."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from functools import partial
+from pathlib import PurePath
+
+from gymflow import storage
+from gymflow.cli.config import load_config
+from gymflow.cli.progress import progress_bar
+from gymflow.config import GymflowConfig
+from gymflow.errors import GymflowError, UsageError
+from gymflow.health import HealthOutcome, default_workers, normalize_ignored
+
+PROG_ERROR_EXIT = 2
+
+
+def _check_list(value: str) -> list[str]:
+    items = [item.strip() for item in value.split(",")]
+    if any(not item for item in items):
+        raise argparse.ArgumentTypeError("check IDs must be a comma-separated list without empty entries")
+    return items
+
+
+def register(eval_commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = eval_commands.add_parser(
+        "health-check",
+        help="check that every rollout's evidence is complete and consistent",
+        description="Health-check the rollouts of a run directory (local or s3://) and write "
+        "quality_summary.json and rollout_verdicts.jsonl into it.",
+    )
+    parser.add_argument("run_dir", metavar="RUN_DIR", help="the run directory; reports are written here")
+    parser.add_argument(
+        "--rollouts-file",
+        default="rollouts.jsonl",
+        metavar="PATH",
+        help="rollouts JSONL; relative paths resolve under RUN_DIR (default: rollouts.jsonl)",
+    )
+    parser.add_argument(
+        "--workers", type=int, default=None, metavar="N", help="worker limit (default: min(CPUs, 8))"
+    )
+    parser.add_argument(
+        "--ignore-checks",
+        "--ignore",
+        dest="ignore_checks",
+        type=_check_list,
+        default=None,
+        metavar="CHECK[,CHECK...]",
+        help="check ids to skip",
+    )
+    parser.add_argument("--json", action="store_true", help="print the summary as one JSON line")
+    parser.add_argument("-v", "--verbose", action="store_true", help="show Prefect's and gymflow's logs")
+    parser.add_argument("--direct", action="store_true", help="run in-process, without Prefect")
+    parser.add_argument(
+        "--no-cache", action="store_true", help="recompute even if the reports are up to date"
+    )
+    parser.set_defaults(handler=partial(run, parser))
+
+
+def _rollouts_path(run_dir: str, rollouts_file: str) -> str:
+    if "://" in rollouts_file or os.path.isabs(rollouts_file):
+        return rollouts_file
+    if "://" in run_dir:
+        return storage.join(run_dir, rollouts_file)
+    return str(PurePath(run_dir) / rollouts_file)
+
+
+def _summary_display(run_dir: str) -> str:
+    if "://" in run_dir:
+        return storage.join(run_dir, "quality_summary.json")
+    return str(PurePath(run_dir) / "quality_summary.json")
+
+
+def _reject_extras(parser: argparse.ArgumentParser, extras: Sequence[str]) -> None:
+    flags = [item for item in extras if item.startswith("-")]
+    if flags:
+        parser.error(f"unrecognized arguments: {' '.join(flags)}")
+    if extras:
+        parser.error("health-check does not accept Hydra overrides")
+
+
+def run(parser: argparse.ArgumentParser, args: argparse.Namespace, extras: Sequence[str]) -> int:
+    _reject_extras(parser, extras)
+    try:
+        config = load_config()
+        storage.configure(config.storage.options)
+        if not storage.isdir(args.run_dir):
+            parser.error(f"Run directory not found: {args.run_dir}")
+        path = _rollouts_path(args.run_dir, args.rollouts_file)
+        if not storage.isfile(path):
+            parser.error(f"Rollout JSONL not found: {path}")
+        ignored = normalize_ignored(args.ignore_checks)
+        if args.workers is not None and args.workers < 1:
+            parser.error("workers must be at least 1")
+    except UsageError as exc:
+        parser.error(str(exc))
+    if args.verbose:
+        logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    workers = args.workers if args.workers is not None else config.health.workers
+    try:
+        if args.direct:
+            outcome = _run_direct(path, args.run_dir, workers, ignored, not args.no_cache)
+        else:
+            outcome = _run_flow(config, path, args.run_dir, workers, ignored, not args.no_cache, args.verbose)
+    except GymflowError as exc:
+        print(f"{parser.prog}: error: {exc}", file=sys.stderr)
+        return 1
+    if outcome.up_to_date:
+        print(
+            f"Reports are up to date (provenance: {outcome.record_url}); nothing recomputed. "
+            "Use --no-cache to recompute.",
+            file=sys.stderr,
+        )
+    if args.json:
+        print(json.dumps(outcome.summary, ensure_ascii=False, separators=(",", ":")))
+    else:
+        print(outcome.console_line)
+        print(f"Quality summary: {_summary_display(args.run_dir)}")
+    return 0
+
+
+def _run_direct(
+    path: str, run_dir: str, workers: int | None, ignored: tuple[str, ...], use_cache: bool
+) -> HealthOutcome:
+    from gymflow.health import run_health
+
+    bar = progress_bar(storage.size(path), "health-check")
+    try:
+        return run_health([path], run_dir, workers, ignored, use_cache=use_cache, progress=bar)
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+def _run_flow(
+    config: GymflowConfig,
+    path: str,
+    run_dir: str,
+    workers: int | None,
+    ignored: tuple[str, ...],
+    use_cache: bool,
+    verbose: bool,
+) -> HealthOutcome:
+    from gymflow.flows import _environment
+
+    _environment.prepare(config.prefect, verbose)
+    from gymflow.flows._runtime import run_flow, task_runner
+    from gymflow.flows.health import health_check
+
+    limit = workers if workers is not None else default_workers()
+    outcome: HealthOutcome = run_flow(
+        health_check,
+        task_runner(config.runner, limit),
+        paths=[path],
+        report_dir=run_dir,
+        workers=workers,
+        ignored_checks=list(ignored),
+        use_cache=use_cache,
+        storage_options=storage.current_options(),
+    )
+    return outcome
