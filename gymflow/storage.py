@@ -189,13 +189,19 @@ def _is_backend_error(exc: BaseException) -> bool:
 
 
 @contextmanager
-def _guard(url: str, action: str) -> Iterator[None]:
-    """Translate storage failures into gymflow errors that name ``url`` (without credentials)."""
+def _guard(url: str, action: str, *, writing: bool = False) -> Iterator[None]:
+    """Translate storage failures into gymflow errors that name ``url`` (without credentials).
+
+    A missing file is an :class:`InputError` when reading; any failure to write (a missing
+    bucket included) is a :class:`StorageError`.
+    """
     try:
         yield
     except GymflowError:
         raise
     except FileNotFoundError as exc:
+        if writing:
+            raise StorageError(f"{_scrub(url)}: cannot {action} it: {exc}") from exc
         raise InputError(f"{_scrub(url)}: no such file or directory (while trying to {action} it)") from exc
     except Exception as exc:
         if not _is_backend_error(exc):
@@ -478,7 +484,7 @@ def _write_local_atomic(path: str, write: Callable[[BinaryIO], None]) -> None:
 def write_atomic(url: str, data: bytes) -> None:
     """Replace ``url`` with ``data`` all at once: readers see the old or the new bytes, never a mix."""
     local = _local_path(url)
-    with _guard(url, "write"):
+    with _guard(url, "write", writing=True):
         if local is not None:
             _write_local_atomic(local, lambda f: _write_all(f, (data,)))
         else:
@@ -494,7 +500,7 @@ def write_atomic_lines(url: str, chunks: Iterable[bytes]) -> None:
         _write_all(f, chunks)
 
     local = _local_path(url)
-    with _guard(url, "write"):
+    with _guard(url, "write", writing=True):
         if local is not None:
             _write_local_atomic(local, write_all)
         else:

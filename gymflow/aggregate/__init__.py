@@ -18,8 +18,12 @@ from gymflow.aggregate._run import (
     banner_lines,
     finish_run,
     is_up_to_date,
+    loaded_line,
+    report_run,
     run_aggregate,
+    run_health_after,
     scan_part,
+    up_to_date_line,
     write_outputs,
 )
 from gymflow.aggregate._scan import ShardScan, scan_shard
@@ -47,6 +51,9 @@ __all__ = [
     "highest_k_metrics",
     "is_up_to_date",
     "key_metrics",
+    "loaded_line",
+    "report_run",
+    "run_health_after",
     "metrics_path",
     "pass_at_k",
     "reduce_shards",
@@ -55,6 +62,7 @@ __all__ = [
     "scan_shard",
     "select_shards",
     "split_patterns",
+    "up_to_date_line",
     "write_merged",
     "write_outputs",
 ]

@@ -29,6 +29,10 @@ __all__ = [
     "banner_lines",
     "cache_key",
     "input_digests",
+    "is_up_to_date",
+    "loaded_line",
+    "report_run",
+    "up_to_date_line",
     "run_aggregate",
     "run_health_after",
     "scan_part",
@@ -194,6 +198,10 @@ def write_outputs(
     provenance.write_record(options.record_path, record)
 
 
+def up_to_date_line(options: AggregateOptions) -> str:
+    return f"Aggregate outputs are up to date (provenance record {options.record_path}); nothing recomputed"
+
+
 def loaded_line(parts: Sequence[ShardPart]) -> str:
     count = sum(len(part.scan.rows) for part in parts)
     return f"Loaded {count} rollout record(s) from {len(parts)} shard(s)"
@@ -260,7 +268,7 @@ def run_aggregate(
         echo(f"  - {shard}")
     if is_up_to_date(shards, options):
         outcome.up_to_date = True
-        echo(f"Aggregate outputs are up to date (provenance record {options.record_path}); nothing to do")
+        echo(up_to_date_line(options))
         outcome.health_lines, outcome.health_error = run_health_after(options, shards)
         for line in outcome.health_lines:
             echo(line)
@@ -288,12 +296,19 @@ def finish_run(
     orchestrator: Mapping[str, Any],
     started_at: str,
 ) -> None:
-    """Print the reduce step's text, write outputs and record, print the banner, run health."""
+    """Write outputs and record, then report (console text, health)."""
+    write_outputs(parts, reduction, options, orchestrator, started_at)
+    report_run(reduction, options, outcome, echo)
+
+
+def report_run(
+    reduction: Reduction, options: AggregateOptions, outcome: AggregateOutcome, echo: Echo
+) -> None:
+    """After the outputs are written: the reduce step's text, key metrics, banner, health (§1.6-§1.8)."""
     for line in reduction.lines:
         echo(line)
     for warning in dict.fromkeys(reduction.warnings):
         logger.warning(warning)
-    write_outputs(parts, reduction, options, orchestrator, started_at)
     for entry in reduction.entries:
         for line in key_metrics_lines(entry):
             echo(line)

@@ -58,7 +58,8 @@ def test_h75_cli_errors(
         ),
         (
             ["runs/cli", "--ignore", "a,,b"],
-            "argument --ignore-checks/--ignore: check IDs must be a comma-separated list without empty entries",
+            "argument --ignore-checks/--ignore: "
+            "check IDs must be a comma-separated list without empty entries",
         ),
         (["runs/cli", "+foo=1"], "health-check does not accept Hydra overrides"),
         (["runs/cli", "extra"], "health-check does not accept Hydra overrides"),
