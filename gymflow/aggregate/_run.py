@@ -249,7 +249,7 @@ def run_health_after(options: AggregateOptions, shards: Sequence[str]) -> tuple[
         logger.warning(HEALTH_FAILED)
         logger.debug("health check failure", exc_info=True)
         return [], f"{type(exc).__name__}: {exc}"
-    return outcome.console_line.splitlines(), None
+    return [*outcome.console_line.splitlines(), f"Quality summary: {outcome.summary_url}"], None
 
 
 def run_aggregate(

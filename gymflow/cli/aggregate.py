@@ -1,0 +1,243 @@
+"""``gymflow eval aggregate``: merge shards (local or any fsspec URL) and compute NeMo Gym's
+aggregate metrics locally, then health-check the merged file (aggregate spec §1)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Mapping, Sequence
+from functools import partial
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from gymflow import storage
+from gymflow.cli.config import load_config
+from gymflow.config import GymflowConfig
+from gymflow.errors import GymflowError, UsageError
+
+_CONFIG_KEYS = (
+    "merge_shards",
+    "count_failure_classes_as_zero",
+    "count_missing_rollouts_as_zero",
+    "pass_majority",
+    "server_metrics",
+    "disable_health_check",
+    "health_check_workers",
+    "health_check_ignored_checks",
+)
+
+
+class PassMajorityConfig(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    score_field: str = Field(default="reward", description="row field scored as `accuracy`")
+    answer_key: str | None = Field(default=None, description="row field holding the extracted answer")
+
+
+class AggregateConfig(BaseModel):
+    """The aggregate keys of the (Gym) config, after flags and ``key=value`` overrides."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+    merge_shards: bool = True
+    count_failure_classes_as_zero: list[str] = Field(default_factory=list)
+    count_missing_rollouts_as_zero: bool = False
+    pass_majority: PassMajorityConfig | None = None
+    server_metrics: bool = False
+    disable_health_check: bool = False
+    health_check_workers: int | None = Field(default=None, ge=1)
+    health_check_ignored_checks: tuple[str, ...] = ()
+
+    @field_validator("health_check_ignored_checks", mode="before")
+    @classmethod
+    def _known_checks(cls, value: Any) -> tuple[str, ...]:
+        from gymflow.errors import UnknownCheckError
+        from gymflow.health import normalize_ignored
+
+        try:
+            return tuple(normalize_ignored(value))
+        except UnknownCheckError as exc:
+            raise ValueError(str(exc)) from None
+
+
+def register(eval_commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = eval_commands.add_parser(
+        "aggregate",
+        help="merge rollout shards and compute aggregate metrics",
+        description="Merge rollout shards (local paths or fsspec URLs such as s3://) into one file "
+        "sorted by (task, rollout), compute NeMo Gym's aggregate metrics locally and health-check "
+        "the result. Config keys may also be given as key=value overrides.",
+    )
+    parser.add_argument(
+        "--input-glob", "-i", required=True, metavar="G", help="glob or comma-separated globs"
+    )
+    parser.add_argument("--output", "-o", required=True, metavar="PATH", help="merged rollouts JSONL")
+    parser.add_argument(
+        "--config", action="append", default=[], metavar="PATH", help="Gym config YAML (repeatable; optional)"
+    )
+    parser.add_argument("--no-health-check", action="store_true", help="skip the rollout health checks")
+    parser.add_argument("--health-check-workers", metavar="N", help="health-check worker limit (>= 1)")
+    parser.add_argument("--health-check-ignore", metavar="IDS", help="comma-separated check ids to skip")
+    parser.add_argument(
+        "--server-metrics", action="store_true", help="ask each group's resources server (not implemented)"
+    )
+    parser.add_argument("--direct", action="store_true", help="run in-process, without Prefect")
+    parser.add_argument(
+        "--no-cache", action="store_true", help="recompute even if the outputs are up to date"
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="show Prefect's and gymflow's logs")
+    parser.set_defaults(handler=partial(run, parser))
+
+
+def _load_yaml(path: str) -> dict[str, Any]:
+    try:
+        with storage.open_read(path) as handle:
+            data = yaml.safe_load(handle.read())
+    except yaml.YAMLError as exc:
+        raise UsageError(f"config {path}: not valid YAML: {exc}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise UsageError(f"config {path}: expected a mapping at the top level")
+    return data
+
+
+def _overrides(extras: Sequence[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in extras:
+        if item.startswith("-") or "=" not in item:
+            raise UsageError(f"unrecognized arguments: {item}")
+        key, _, raw = item.lstrip("+").partition("=")
+        try:
+            out[key] = yaml.safe_load(raw)
+        except yaml.YAMLError:
+            out[key] = raw
+    return out
+
+
+def agent_environments(config: Mapping[str, Any]) -> dict[str, str]:
+    """Agent name -> the one environment server whose config fronts it (§1.6).
+
+    An environment-server block is a top-level block with ``environment_servers``; an
+    implementation names its agent under ``agent``/``agent_ref``/``responses_api_agent``
+    (a mapping with ``name``, or a string). Agents behind several environment servers are an error.
+    """
+    fronts: dict[str, list[str]] = {}
+    for block, body in config.items():
+        servers = body.get("environment_servers") if isinstance(body, Mapping) else None
+        if not isinstance(servers, Mapping):
+            continue
+        for impl in servers.values():
+            if not isinstance(impl, Mapping):
+                continue
+            for key in ("agent", "agent_ref", "responses_api_agent"):
+                ref = impl.get(key)
+                name = ref.get("name") if isinstance(ref, Mapping) else ref
+                if isinstance(name, str) and name and block not in fronts.setdefault(name, []):
+                    fronts[name].append(block)
+    ambiguous = {agent: blocks for agent, blocks in fronts.items() if len(blocks) > 1}
+    if ambiguous:
+        agent, blocks = next(iter(ambiguous.items()))
+        raise UsageError(
+            f"Agent {agent!r} is behind several environment servers {blocks}; cannot group its rows"
+        )
+    return {agent: blocks[0] for agent, blocks in fronts.items()}
+
+
+def _configuration_error(exc: ValidationError) -> str:
+    problems = "; ".join(
+        f"{'.'.join(str(part) for part in error['loc'])} ({error['msg']})" for error in exc.errors()
+    )
+    return f"invalid configuration: {problems}."
+
+
+def build_options(args: argparse.Namespace, extras: Sequence[str]) -> tuple[Any, AggregateConfig]:
+    """Flags + config files + overrides -> (AggregateOptions, validated AggregateConfig)."""
+    from gymflow.aggregate import AggregateOptions, ReduceSettings, ScoreSpec
+
+    merged: dict[str, Any] = {}
+    for path in args.config:
+        merged.update(_load_yaml(path))
+    values = {key: merged[key] for key in _CONFIG_KEYS if key in merged}
+    values.update(_overrides(extras))
+    if args.no_health_check:
+        values["disable_health_check"] = True
+    if args.health_check_workers is not None:
+        values["health_check_workers"] = args.health_check_workers
+    if args.health_check_ignore is not None:
+        values["health_check_ignored_checks"] = args.health_check_ignore
+    if args.server_metrics:
+        values["server_metrics"] = True
+    try:
+        config = AggregateConfig.model_validate(values)
+    except ValidationError as exc:
+        raise UsageError(_configuration_error(exc)) from None
+    if config.server_metrics:
+        raise UsageError("--server-metrics is not implemented yet; the local metrics equal the default set")
+    pass_majority = config.pass_majority
+    options = AggregateOptions(
+        input_glob=args.input_glob,
+        output=args.output,
+        merge_shards=config.merge_shards,
+        settings=ReduceSettings(
+            count_failure_classes_as_zero=tuple(config.count_failure_classes_as_zero),
+            count_missing_rollouts_as_zero=config.count_missing_rollouts_as_zero,
+            pass_majority=None
+            if pass_majority is None
+            else ScoreSpec(pass_majority.score_field, pass_majority.answer_key),
+        ),
+        agent_environments=agent_environments(merged),
+        config_files=tuple(args.config),
+        health_check=not config.disable_health_check,
+        health_check_workers=config.health_check_workers,
+        health_check_ignored=config.health_check_ignored_checks,
+        use_cache=not args.no_cache,
+    )
+    return options, config
+
+
+def _echo(line: str) -> None:
+    print(line, flush=True)
+
+
+def run(parser: argparse.ArgumentParser, args: argparse.Namespace, extras: Sequence[str]) -> int:
+    try:
+        settings = load_config()
+        storage.configure(settings.storage.options)
+        options, _ = build_options(args, extras)
+    except UsageError as exc:
+        parser.error(str(exc))
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        if args.direct:
+            from gymflow.aggregate import run_aggregate
+
+            run_aggregate(options, echo=_echo)
+        else:
+            _run_flow(settings, options, args.verbose)
+    except GymflowError as exc:
+        print(f"Error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _run_flow(settings: GymflowConfig, options: Any, verbose: bool) -> None:
+    from gymflow.flows import _environment
+
+    _environment.prepare(settings.prefect, verbose)
+    from gymflow.flows._runtime import run_flow, task_runner
+    from gymflow.flows.aggregate import aggregate_flow
+    from gymflow.health import default_workers
+
+    limit = options.health_check_workers or default_workers()
+    outcome = run_flow(
+        aggregate_flow,
+        task_runner(settings.runner, limit),
+        options=options,
+        storage_options=storage.current_options(),
+    )
+    for line in outcome.console_lines:
+        _echo(line)
