@@ -212,37 +212,30 @@ def _guard(url: str, action: str, *, writing: bool = False) -> Iterator[None]:
 # -- metadata --------------------------------------------------------------------------------
 
 
-def exists(url: str) -> bool:
-    """Whether a file or directory (on S3: object, prefix or bucket) exists at ``url``."""
+def _probe(url: str, local_check: Callable[[str], bool], method: str) -> bool:
     local = _local_path(url)
     if local is not None:
-        return os.path.exists(local)
+        return local_check(local)
     fs, path = filesystem(url)
     with _guard(url, "check"):
+        # Another process may have written since this client last listed the prefix.
         fs.invalidate_cache(path)
-        return bool(fs.exists(path))
+        return bool(getattr(fs, method)(path))
+
+
+def exists(url: str) -> bool:
+    """Whether a file or directory (on S3: object, prefix or bucket) exists at ``url``."""
+    return _probe(url, os.path.exists, "exists")
 
 
 def isfile(url: str) -> bool:
     """Whether ``url`` is a regular file (on S3: an object)."""
-    local = _local_path(url)
-    if local is not None:
-        return os.path.isfile(local)
-    fs, path = filesystem(url)
-    with _guard(url, "check"):
-        fs.invalidate_cache(path)
-        return bool(fs.isfile(path))
+    return _probe(url, os.path.isfile, "isfile")
 
 
 def isdir(url: str) -> bool:
     """Whether ``url`` is a directory (on S3: an existing bucket, or a prefix with objects)."""
-    local = _local_path(url)
-    if local is not None:
-        return os.path.isdir(local)
-    fs, path = filesystem(url)
-    with _guard(url, "check"):
-        fs.invalidate_cache(path)
-        return bool(fs.isdir(path))
+    return _probe(url, os.path.isdir, "isdir")
 
 
 def size(url: str) -> int:
