@@ -42,11 +42,18 @@ def test_c44_coverage_is_capped() -> None:
         L("c2", response=None, started=2.0),
         L("c3", usage={"input_tokens": 20, "output_tokens": 2}, started=3.0),
     ]
-    out = join(row(1, 0, ng_agent_observations=bundle(inv("root", ref("c1"), ref("c2"), ref("c3")))),
-               store(**{"1-0": jsonl(*lines)}))  # fmt: skip
+    out = join(
+        row(1, 0, ng_agent_observations=bundle(inv("root", ref("c1"), ref("c2"), ref("c3")))),
+        store(**{"1-0": jsonl(*lines)}),
+    )
     assert len(out["ng_trajectory"]["turns"]) == 2
-    assert out["ng_perf"] == {"num_turns": 2, "num_tool_calls": 0, "token_observability_coverage": 1.0,
-                              "prompt_tokens": 30, "completion_tokens": 3}  # fmt: skip
+    assert out["ng_perf"] == {
+        "num_turns": 2,
+        "num_tool_calls": 0,
+        "token_observability_coverage": 1.0,
+        "prompt_tokens": 30,
+        "completion_tokens": 3,
+    }
 
 
 def test_latency_comes_from_the_existing_perf_and_keeps_its_position() -> None:
@@ -69,11 +76,22 @@ def _stats(perfs: list[Any]) -> dict[str, Any]:
 
 def test_c45_perf_summary() -> None:
     records = [
-        {"num_turns": t, "token_observability_coverage": c, "prompt_tokens": p, "completion_tokens": k,
-         "total_latency_ms": lat}
-        for t, c, p, k, lat in zip([1, 2, 3, 4, 0], [1, 0.5, 0, 1, 0], [100, 200, 300, 400, 500],
-                                   [10, 30, 30, 40, 50], [100, 200, 300, 400, 500], strict=True)
-    ]  # fmt: skip
+        {
+            "num_turns": t,
+            "token_observability_coverage": c,
+            "prompt_tokens": p,
+            "completion_tokens": k,
+            "total_latency_ms": lat,
+        }
+        for t, c, p, k, lat in zip(
+            [1, 2, 3, 4, 0],
+            [1, 0.5, 0, 1, 0],
+            [100, 200, 300, 400, 500],
+            [10, 30, 30, 40, 50],
+            [100, 200, 300, 400, 500],
+            strict=True,
+        )
+    ]
     s = _stats([*records, None])
     assert s["overall_observability_coverage"] == pytest.approx(5 / 6)
     assert s["token_observability_coverage"] == 0.5

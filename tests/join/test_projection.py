@@ -57,18 +57,33 @@ def test_c30_failed_call_and_judge_call() -> None:
     trajectory = out["ng_trajectory"]
     assert [t["model_calls"][0]["model_call_id"] for t in trajectory["turns"]] == ["pol"]
     assert (OWN, None, "capture:judge:call_index=2") in gap_tuples(trajectory["gaps"])
-    assert out["ng_perf"] == {"num_turns": 1, "num_tool_calls": 0, "token_observability_coverage": 1.0,
-                              "prompt_tokens": 10, "completion_tokens": 2}  # fmt: skip
+    assert out["ng_perf"] == {
+        "num_turns": 1,
+        "num_tool_calls": 0,
+        "token_observability_coverage": 1.0,
+        "prompt_tokens": 10,
+        "completion_tokens": 2,
+    }
 
 
 def test_c31_chat_and_anthropic_turn_content() -> None:
     messages = [{"role": "user", "content": "hi"}]
     chat = {
         "id": "cc",
-        "choices": [{"index": 0, "finish_reason": "stop",
-                     "message": {"role": "assistant", "content": "yo", "reasoning": "hmm", "reasoning_content": None}}],
+        "choices": [
+            {
+                "index": 0,
+                "finish_reason": "stop",
+                "message": {
+                    "role": "assistant",
+                    "content": "yo",
+                    "reasoning": "hmm",
+                    "reasoning_content": None,
+                },
+            }
+        ],
         "usage": {"prompt_tokens": 3, "completion_tokens": 1},
-    }  # fmt: skip
+    }
     anthropic = {
         "id": "msg",
         "type": "message",
@@ -120,10 +135,24 @@ def test_c33_producer_identity_mismatch() -> None:
         "rollout_id": "9-9",
         "invocations": [{"invocation_id": "root"}],
         "turns": [
-            {"invocation_id": "root", "task_id": "other", "rollout_id": "9-9", "turn_no": 2, "timestamp": 5.0, "step_count": 0},
-            {"invocation_id": "root", "task_id": "other", "rollout_id": "9-9", "turn_no": 1, "timestamp": 1.0, "step_count": 0},
+            {
+                "invocation_id": "root",
+                "task_id": "other",
+                "rollout_id": "9-9",
+                "turn_no": 2,
+                "timestamp": 5.0,
+                "step_count": 0,
+            },
+            {
+                "invocation_id": "root",
+                "task_id": "other",
+                "rollout_id": "9-9",
+                "turn_no": 1,
+                "timestamp": 1.0,
+                "step_count": 0,
+            },
         ],
-    }  # fmt: skip
+    }
     trajectory = join(row(1, 0, ng_trajectory=producer), store())["ng_trajectory"]
     assert gap_tuples(trajectory["gaps"])[0] == (
         "producer_trajectory_identity_mismatch",
@@ -185,9 +214,19 @@ def test_c35_tool_join() -> None:
     ]
     assert tools[1]["duration_ms"] == 5.0 and tools[4]["tool_name"] == "x"
     assert list(tools[3]) == [
-        "kind", "invocation_id", "tool_call_id", "sandbox_id", "tool_name", "started_at", "completed_at",
-        "duration_ms", "timing_source", "status", "error_type", "output",
-    ]  # fmt: skip
+        "kind",
+        "invocation_id",
+        "tool_call_id",
+        "sandbox_id",
+        "tool_name",
+        "started_at",
+        "completed_at",
+        "duration_ms",
+        "timing_source",
+        "status",
+        "error_type",
+        "output",
+    ]
     no_tools = join(
         row(
             1, 0, ng_trajectory=producer, ng_agent_observations=bundle(inv("root", conversation=conversation))
@@ -203,10 +242,14 @@ def test_c36_capture_calls_merge_into_producer_calls() -> None:
         turns=[],
         model_calls=[
             {"model_call_id": "producer-only"},
-            {"model_call_id": "c1", "request": "old", "response_metadata": {"model": "old-model"},
-             "token_stats": {"prompt_tokens": 1, "reasoning_tokens": 9}},
+            {
+                "model_call_id": "c1",
+                "request": "old",
+                "response_metadata": {"model": "old-model"},
+                "token_stats": {"prompt_tokens": 1, "reasoning_tokens": 9},
+            },
         ],
-    )  # fmt: skip
+    )
     lines = [L("c1", request={"model": "m", "input": "new"}), L("c2", started=2.0)]
     calls = join(row(1, 0, ng_trajectory=producer), store(**{"1-0": jsonl(*lines)}))["ng_trajectory"][
         "model_calls"
@@ -215,8 +258,13 @@ def test_c36_capture_calls_merge_into_producer_calls() -> None:
     c1 = calls[1]
     assert c1["request"] == {"model": "m", "input": "new"}
     assert c1["response_metadata"]["model"] == "m"
-    assert c1["token_stats"] == {"prompt_tokens": 5, "completion_tokens": 2, "reasoning_tokens": 9,
-                                 "total_tokens": 7, "cached_tokens": None}  # fmt: skip
+    assert c1["token_stats"] == {
+        "prompt_tokens": 5,
+        "completion_tokens": 2,
+        "reasoning_tokens": 9,
+        "total_tokens": 7,
+        "cached_tokens": None,
+    }
 
 
 def test_c37_negative_latency_fails_the_projection() -> None:
@@ -299,17 +347,35 @@ def test_c42_untyped_unclassifiable_item_becomes_mcp_list_tools() -> None:
         ),
         (
             {"role": "user", "content": [{"type": "input_text", "text": "hi"}], "status": "completed"},
-            {"content": [{"type": "input_text", "text": "hi"}], "role": "user", "status": "completed", "type": "message"},
+            {
+                "content": [{"type": "input_text", "text": "hi"}],
+                "role": "user",
+                "status": "completed",
+                "type": "message",
+            },
         ),
         (
             {"type": "message", "role": "assistant", "id": "m1", "content": answer()[0]["content"]},
-            {"id": "m1", "content": [{**answer()[0]["content"][0], "logprobs": None}], "role": "assistant",
-             "status": "completed", "type": "message", "phase": None},
+            {
+                "id": "m1",
+                "content": [{**answer()[0]["content"][0], "logprobs": None}],
+                "role": "assistant",
+                "status": "completed",
+                "type": "message",
+                "phase": None,
+            },
         ),
         (
             {"call_id": "t", "name": "f", "arguments": "{}"},
-            {"arguments": "{}", "call_id": "t", "name": "f", "type": "function_call", "id": None, "status": None,
-             "namespace": None},
+            {
+                "arguments": "{}",
+                "call_id": "t",
+                "name": "f",
+                "type": "function_call",
+                "id": None,
+                "status": None,
+                "namespace": None,
+            },
         ),
         (
             {"call_id": "t", "output": "42"},
@@ -319,9 +385,12 @@ def test_c42_untyped_unclassifiable_item_becomes_mcp_list_tools() -> None:
             {"id": "rs", "summary": []},
             {"id": "rs", "summary": [], "type": "reasoning", "encrypted_content": None, "content": None},
         ),
-        ({"type": "web_search_call", "id": "w", "status": "completed"}, {"type": "web_search_call", "id": "w", "status": "completed"}),
+        (
+            {"type": "web_search_call", "id": "w", "status": "completed"},
+            {"type": "web_search_call", "id": "w", "status": "completed"},
+        ),
     ],
-)  # fmt: skip
+)
 def test_conversation_items_dump_like_0_7_0(item: dict[str, Any], dumped: dict[str, Any]) -> None:
     result = conversation_item(item)
     assert result == dumped and list(result) == list(dumped)

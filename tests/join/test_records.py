@@ -172,5 +172,10 @@ def test_c17_redacted_history_attaches_no_payloads() -> None:
     assert (call["request"], call["response"]) == (None, None)
     assert out["ng_trajectory"]["turns"] == []
     assert "turns_unavailable" in codes(out["ng_trajectory"]["gaps"])
-    assert out["ng_perf"] == {"num_turns": 1, "num_tool_calls": 0, "token_observability_coverage": 1.0,
-                              "prompt_tokens": 5, "completion_tokens": 2}  # fmt: skip
+    assert out["ng_perf"] == {
+        "num_turns": 1,
+        "num_tool_calls": 0,
+        "token_observability_coverage": 1.0,
+        "prompt_tokens": 5,
+        "completion_tokens": 2,
+    }

@@ -18,8 +18,11 @@ def _join(
 
 
 def _refs(out: dict[str, Any], invocation_id: str) -> list[dict[str, Any]]:
-    [record] = [r for r in out["ng_agent_observations"]["records"] if r.get("invocation_id") == invocation_id
-                and r["kind"] == "agent_invocation"]  # fmt: skip
+    [record] = [
+        r
+        for r in out["ng_agent_observations"]["records"]
+        if r.get("invocation_id") == invocation_id and r["kind"] == "agent_invocation"
+    ]
     return record["model_calls"]  # type: ignore[no-any-return]
 
 
@@ -36,8 +39,13 @@ def test_c18_id_and_pair_references_become_canonical() -> None:
         ("root", 1),
         ("root", 2),
     ]
-    assert out["ng_perf"] == {"num_turns": 2, "num_tool_calls": 0, "token_observability_coverage": 1.0,
-                              "prompt_tokens": 10, "completion_tokens": 4}  # fmt: skip
+    assert out["ng_perf"] == {
+        "num_turns": 2,
+        "num_tool_calls": 0,
+        "token_observability_coverage": 1.0,
+        "prompt_tokens": 10,
+        "completion_tokens": 4,
+    }
     assert out["ng_agent_observations"]["gaps"] == []
 
 
@@ -138,8 +146,12 @@ def test_c24_compaction_references() -> None:
 
 
 def test_compaction_references_of_its_own_invocation_become_canonical() -> None:
-    compaction = {"kind": "context_compaction", "invocation_id": "root", "model_calls": [{"model_call_id": "c1"}],
-                  "after_model_call": {"model_call_id": "c2"}}  # fmt: skip
+    compaction = {
+        "kind": "context_compaction",
+        "invocation_id": "root",
+        "model_calls": [{"model_call_id": "c1"}],
+        "after_model_call": {"model_call_id": "c2"},
+    }
     out = _join([inv("root", ref("c1")), compaction], [L("c1"), L("c2", started=2.0)])
     [record] = [r for r in out["ng_agent_observations"]["records"] if r["kind"] == "context_compaction"]
     assert record["model_calls"] == [{"model_call_id": "c1", "model_ref": POLICY, "response_id": "resp_c1"}]

@@ -26,8 +26,14 @@ def test_c01_single_call_attachment() -> None:
         "num_calls": 1,
     }
     assert list(capture["metrics"]) == [
-        "tokens_in", "tokens_out", "tokens_reasoning", "tokens_total", "cached_tokens", "latency_total_ms", "num_calls"
-    ]  # fmt: skip
+        "tokens_in",
+        "tokens_out",
+        "tokens_reasoning",
+        "tokens_total",
+        "cached_tokens",
+        "latency_total_ms",
+        "num_calls",
+    ]
     assert "gaps" not in capture
     assert codes(out["ng_trajectory"]["gaps"]) == ["turns_unavailable", "conversation_unavailable"]
     assert "ng_perf" not in out
