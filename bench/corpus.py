@@ -153,7 +153,7 @@ _TOOL_ARG = {"search": "query", "python": "code"}
 _COMPACT_BELOW = 8_000
 """Below this average size records use short ids, one tool and requests without a tool list."""
 
-_WORDS_CHARS = 1 << 21
+_WORDS_CHARS = 1 << 19
 """Length of the seeded word string payload text is sliced from."""
 _MIN_SLOT_CHARS = 24
 _SYLLABLES = (
@@ -291,7 +291,7 @@ class CorpusGenerator:
         rng = self._rng
         target = int(self.avg_bytes * rng.uniform(1 - _CUT_RANGE, 1 + _CUT_RANGE))
         if self._compact:
-            n_turns = rng.choice((1, 1, 1, 2))
+            n_turns = rng.choice((1, 1, 1, 1, 2))
         else:
             n_turns = rng.randint(max(1, self._max_turns // 2), self._max_turns)
         choices = ("search",) if self._compact else ("search", "search", "python")
