@@ -334,7 +334,7 @@ def test_cli_flag_validation(two_shards: Path, capsys: pytest.CaptureFixture[str
         main([*base, "--health-check-ignore", "zzz"])
     assert exit_info.value.code == 2
     assert (
-        "invalid configuration: health_check_ignored_checks (Value error, Unknown rollout health check(s): zzz)."
+        "invalid configuration: health_check_ignored_checks (Value error, Unknown rollout health check(s): zzz)."  # noqa: E501
         in capsys.readouterr().err
     )
     with pytest.raises(SystemExit):

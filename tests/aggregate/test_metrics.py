@@ -170,7 +170,7 @@ def test_21_w4_missing_repeat_row() -> None:
     assert any(w.startswith("Standard error is 0") for w in m.warnings)
     assert any(
         w.startswith(
-            "1 repeat(s) are missing rollouts for some tasks (e.g. agent='agent', _ng_rollout_index=1, missing_count=1)."
+            "1 repeat(s) are missing rollouts for some tasks (e.g. agent='agent', _ng_rollout_index=1, missing_count=1)."  # noqa: E501
         )
         for w in m.warnings
     )
