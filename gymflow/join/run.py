@@ -36,6 +36,10 @@ __all__ = [
     "finish",
     "join_lines",
     "join_range",
+    "missing_capture_warning",
+    "part_urls",
+    "plan_ranges",
+    "remove_parts",
     "resolve_settings",
     "run_join",
 ]
@@ -166,20 +170,35 @@ def join_lines(
         store.files_read.clear()
 
 
-def _store(settings: JoinSettings, warnings: list[str] | None = None) -> CaptureStore | None:
+def _store(settings: JoinSettings) -> CaptureStore | None:
+    return None if settings.capture_dir is None else CaptureStore(settings.capture_dir)
+
+
+def missing_capture_warning(settings: JoinSettings) -> list[str]:
+    """The spec's warning for a capture directory that does not exist (it is then read as empty)."""
     if settings.capture_dir is None:
-        return None
+        return []
     store = CaptureStore(settings.capture_dir)
     store.list_names()
-    if store.missing:
-        message = (
-            f"capture directory {settings.capture_dir} does not exist; treating it as empty "
-            "(every row gets model_call_capture_no_records)"
-        )
-        logger.warning(message)
-        if warnings is not None:
-            warnings.append(message)
-    return store
+    if not store.missing:
+        return []
+    message = (
+        f"capture directory {settings.capture_dir} does not exist; treating it as empty "
+        "(every row gets model_call_capture_no_records)"
+    )
+    logger.warning(message)
+    return [message]
+
+
+BYTES_PER_RANGE: Final = 32 * 2**20
+MAX_RANGES: Final = 256
+
+
+def plan_ranges(settings: JoinSettings, workers: int) -> list[tuple[int, int]]:
+    """Byte ranges of the rollouts file: at least one per worker, about 32 MiB each, at most 256."""
+    total = storage.size(settings.rollouts)
+    parts = max(workers, min(MAX_RANGES, -(-total // BYTES_PER_RANGE)), 1)
+    return storage.split_ranges(settings.rollouts, parts)
 
 
 def join_range(settings: JoinSettings, start: int, end: int, part_url: str) -> JoinStats:
@@ -200,18 +219,21 @@ def part_urls(settings: JoinSettings, count: int) -> list[str]:
     return [storage.join(base, f"{i:05d}.jsonl") for i in range(count)]
 
 
-def _remove(urls: Iterable[str]) -> None:
+def remove_parts(urls: Iterable[str]) -> None:
+    """Delete part files (those that exist) and their folder once empty."""
     for url in urls:
         try:
             if storage.is_local(url):
                 path = url.removeprefix("file://")
-                os.unlink(path)
+                if os.path.exists(path):
+                    os.unlink(path)
                 parent = os.path.dirname(path)
-                if not os.listdir(parent):
+                if os.path.isdir(parent) and not os.listdir(parent):
                     os.rmdir(parent)
             else:
                 fs, path = storage.filesystem(url)
-                fs.rm_file(path)
+                if fs.exists(path):
+                    fs.rm_file(path)
         except OSError as exc:  # pragma: no cover - leftovers are harmless, and named
             logger.warning("could not remove part file %s: %s", url, exc)
 
@@ -231,7 +253,7 @@ def concatenate_parts(settings: JoinSettings, parts: list[str]) -> provenance.Fi
                     yield chunk
 
     storage.write_atomic_lines(settings.output, chunks())
-    _remove(parts)
+    remove_parts(parts)
     return provenance.FileDigest(storage.to_uri(settings.output), digest.hexdigest(), count)
 
 
@@ -300,13 +322,13 @@ def run_join(settings: JoinSettings, *, use_cache: bool = True) -> JoinResult:
     """Join the whole rollouts file in this process and write output and provenance."""
     started_at = provenance.timestamp(datetime.now(UTC))
     record_url = provenance.record_path(settings.output)
-    warnings: list[str] = []
     if not storage.isfile(settings.rollouts):
         raise InputError(f"{settings.rollouts}: rollouts file not found")
     if use_cache and storage.exists(record_url) and provenance.up_to_date(record_url, current_key(settings)):
         record = provenance.read_record(record_url) or {}
         return JoinResult(settings, {"cache_key": record.get("cache_key")}, record_url, up_to_date=True)
-    store = _store(settings, warnings)
+    warnings = missing_capture_warning(settings)
+    store = _store(settings)
     stats = JoinStats()
     rollouts_hash = hashlib.sha256()
     rollouts_bytes = 0

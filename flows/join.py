@@ -1,0 +1,77 @@
+"""The evidence-join flow: plan byte ranges of the rollouts file, join each as one task (which
+reads the capture files of its own rows), concatenate the parts atomically, write provenance.
+
+It composes tasks only; every rule lives in ``gymflow.join``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefect import flow
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.runtime import flow_run
+
+from gymflow import provenance, storage
+from gymflow.join.run import JoinResult, JoinSettings, missing_capture_warning, part_urls, remove_parts
+from gymflow.join.stats import JoinStats, summary_paragraph
+from gymflow.tasks import join as tasks
+
+
+def _orchestrator() -> dict[str, Any]:
+    return {
+        "kind": "prefect",
+        "flow_run_id": flow_run.get_id(),
+        "flow_run_url": flow_run.get_flow_run_ui_url(),
+    }
+
+
+def _publish(result: JoinResult) -> None:
+    summary = result.summary
+    rows = [
+        {"measure": k, "value": summary[k]}
+        for k in ("rows", "merged", "projected", "projection_failed", "perf_rows", "row_errors")
+    ]
+    rows += [{"measure": f"gap: {code}", "value": count} for code, count in summary["gap_counts"].items()]
+    create_table_artifact(rows, key="evidence-join", description=summary_paragraph(summary))
+    create_markdown_artifact(
+        f"**{summary_paragraph(summary)}**\n\n- joined rollouts: `{result.settings.output}`\n"
+        f"- provenance: `{result.record_url}`\n",
+        key="evidence-join-outputs",
+    )
+
+
+@flow(name="eval-join", log_prints=False)
+def join_flow(
+    settings: JoinSettings,
+    workers: int = 2,
+    use_cache: bool = True,
+    storage_options: dict[str, dict[str, Any]] | None = None,
+) -> JoinResult:
+    """Join ``settings.rollouts`` with its CaptureStore into ``settings.output``."""
+    storage.configure(storage_options or {})
+    started_at = provenance.timestamp()
+    record_url = provenance.record_path(settings.output)
+    if use_cache and tasks.up_to_date(settings):
+        return JoinResult(settings, {}, record_url, up_to_date=True)
+    warnings = missing_capture_warning(settings)
+    rollouts = tasks.hash_input.submit(settings.rollouts)
+    ranges = tasks.plan_ranges(settings, workers)
+    parts = part_urls(settings, len(ranges))
+    try:
+        futures = [
+            tasks.join_range.submit(settings, start, end, part)
+            for (start, end), part in zip(ranges, parts, strict=True)
+        ]
+        stats = JoinStats()
+        for future in futures:
+            stats.merge(future.result())
+        output = tasks.concatenate(settings, parts)
+    finally:
+        remove_parts(parts)
+    record_url = tasks.write_provenance(
+        settings, stats, rollouts.result(), output, _orchestrator(), started_at
+    )
+    result = JoinResult(settings, stats.summary(), record_url, warnings, list(stats.errors))
+    _publish(result)
+    return result

@@ -1,0 +1,160 @@
+"""``gymflow eval join RUN_DIR``: project model-call capture and agent observations into
+``ng_trajectory`` and ``ng_perf`` (evidence spec §1), as NeMo Gym 0.7.0's collection does, offline.
+
+Exit status: 0 success, 1 at least one row error (a malformed rollout id; the row is written
+unchanged), 2 usage or storage error, or an input line that is not a JSON object (nothing written).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from functools import partial
+
+from gymflow import storage
+from gymflow.config import GymflowConfig
+from gymflow.errors import GymflowError, UsageError
+from gymflow.join.run import JoinResult, JoinSettings, resolve_settings, run_join
+from gymflow.join.stats import summary_paragraph
+
+USAGE_EXIT = 2
+
+
+def register(eval_commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = eval_commands.add_parser(
+        "join",
+        help="join captured model calls and agent observations into ng_trajectory and ng_perf",
+        description="Join a run directory's CaptureStore (model-calls/) with the agent observations of its "
+        "rollouts, writing <stem>_joined.jsonl next to the rollouts file (the input is never edited). "
+        "Run it before health-check.",
+    )
+    parser.add_argument(
+        "run_dir", metavar="RUN_DIR", help="the run directory (local path or URL such as s3://...)"
+    )
+    parser.add_argument(
+        "--rollouts-file",
+        "--rollouts",
+        dest="rollouts",
+        default=None,
+        metavar="PATH",
+        help="rollouts JSONL; relative paths resolve under RUN_DIR (default: rollouts.jsonl)",
+    )
+    capture = parser.add_mutually_exclusive_group()
+    capture.add_argument(
+        "--capture-dir",
+        default=None,
+        metavar="PATH|URL",
+        help="CaptureStore directory; relative paths resolve under RUN_DIR (default: model-calls)",
+    )
+    capture.add_argument(
+        "--no-capture", action="store_true", help="do not read captured calls; project what the rows carry"
+    )
+    parser.add_argument(
+        "--output",
+        default=None,
+        metavar="PATH",
+        help="joined rollouts (default: <rollouts stem>_joined.jsonl beside the rollouts file)",
+    )
+    parser.add_argument(
+        "--no-perf", action="store_true", help="leave ng_perf as it is (observability disabled)"
+    )
+    parser.add_argument("--summary", default=None, metavar="PATH", help="also write the summary JSON to PATH")
+    parser.add_argument("--json", action="store_true", help="print the summary as one JSON line")
+    parser.add_argument(
+        "--workers", type=int, default=None, metavar="N", help="parallel tasks (Prefect path)"
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="show Prefect's and gymflow's logs")
+    parser.add_argument("--direct", action="store_true", help="run in-process, without Prefect")
+    parser.add_argument("--no-cache", action="store_true", help="rejoin even if the output is up to date")
+    parser.set_defaults(handler=partial(run, parser))
+
+
+def _reject_extras(parser: argparse.ArgumentParser, extras: Sequence[str]) -> None:
+    flags = [item for item in extras if item.startswith("-")]
+    if flags:
+        parser.error(f"unrecognized arguments: {' '.join(flags)}")
+    if extras:
+        parser.error("join does not accept Hydra overrides")
+
+
+def run(parser: argparse.ArgumentParser, args: argparse.Namespace, extras: Sequence[str]) -> int:
+    from gymflow.cli.config import load_config
+
+    _reject_extras(parser, extras)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        config = load_config()
+        storage.configure(config.storage.options)
+        if not storage.isdir(args.run_dir):
+            parser.error(f"Run directory not found: {args.run_dir}")
+        settings = resolve_settings(
+            args.run_dir,
+            args.rollouts,
+            args.capture_dir,
+            args.output,
+            no_capture=args.no_capture,
+            perf=not args.no_perf,
+        )
+        if not storage.isfile(settings.rollouts):
+            parser.error(f"Rollout JSONL not found: {settings.rollouts}")
+        if args.workers is not None and args.workers < 1:
+            parser.error("workers must be at least 1")
+    except UsageError as exc:
+        parser.error(str(exc))
+    try:
+        if args.direct:
+            result = run_join(settings, use_cache=not args.no_cache)
+        else:
+            result = _run_flow(config, settings, args.workers, not args.no_cache, args.verbose)
+    except GymflowError as exc:
+        print(f"{parser.prog}: error: {exc}", file=sys.stderr)
+        return USAGE_EXIT
+    for warning in result.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    if result.up_to_date:
+        print(
+            f"Joined rollouts are up to date (provenance: {result.record_url}); nothing recomputed. "
+            "Use --no-cache to rejoin.",
+            file=sys.stderr,
+        )
+        print(f"Joined rollouts: {settings.output}")
+        return 0
+    summary = result.summary
+    if args.summary:
+        storage.write_atomic(args.summary, json.dumps(summary, indent=2).encode() + b"\n")
+    if args.json:
+        print(json.dumps(summary, ensure_ascii=False, separators=(",", ":")))
+    else:
+        print(summary_paragraph(summary))
+        print(f"Joined rollouts: {settings.output}")
+        print(f"Provenance: {result.record_url}")
+    for error in result.errors:
+        print(f"row error: {error}", file=sys.stderr)
+    return 1 if summary["row_errors"] else 0
+
+
+def _run_flow(
+    config: GymflowConfig, settings: JoinSettings, workers: int | None, use_cache: bool, verbose: bool
+) -> JoinResult:
+    from gymflow.flows import _environment
+
+    _environment.prepare(config.prefect, verbose)
+    from gymflow.flows._runtime import run_flow, task_runner
+    from gymflow.flows.join import join_flow
+
+    limit = workers if workers is not None else min(os.cpu_count() or 1, 8)
+    result: JoinResult = run_flow(
+        join_flow,
+        task_runner(config.runner, limit),
+        settings=settings,
+        workers=limit,
+        use_cache=use_cache,
+        storage_options=storage.current_options(),
+    )
+    return result
