@@ -1,0 +1,119 @@
+"""Benchmark: ``gymflow eval aggregate --direct --no-health-check`` against a plain ``orjson.loads``.
+
+Run from the repo root: ``python bench/aggregate.py [--rows N]``.
+
+1. The seeded corpus of the health benchmark (``bench.corpus``, ~16 KB rollouts, seed 0) without
+   its deliberately unreadable and duplicate rows, written as 8 shards (``rollouts_shard_{i}.jsonl``) for ``--rows`` rows (default 40,000) and a quarter.
+2. ``parse_s``: one process reads every shard in binary and ``orjson.loads`` every line.
+3. ``aggregate_s``: ``gymflow eval aggregate -i '<dir>/rollouts_shard_*.jsonl' -o <out> --direct
+   --no-health-check --no-cache`` as a subprocess: wall time (including writing the merged file)
+   and the peak RSS of its process tree; ``ratio = aggregate_s / parse_s``.
+4. ``metrics_s``: in-process, the reduce step alone (every group's metrics over all rows, from the
+   facts the shard scans kept).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from bench import corpus  # noqa: E402
+from bench.health import (  # noqa: E402
+    CORPUS_ROOT,
+    _generator_fingerprint,
+    gymflow_executable,
+    parse_seconds,
+    run_measured,
+    warm_page_cache,
+)
+
+SHARDS = 8
+PATTERN = "rollouts_shard_*.jsonl"
+
+
+def ensure_shards(rows: int, seed: int = 0, avg_bytes: int = 16_000) -> Path:
+    directory = (
+        CORPUS_ROOT / f"shards{SHARDS}-rows{rows}-avg{avg_bytes}-seed{seed}-{_generator_fingerprint()}"
+    )
+    if len(list(directory.glob(PATTERN))) == SHARDS:
+        return directory
+    directory.mkdir(parents=True, exist_ok=True)
+    began = time.perf_counter()
+    corpus.write_corpus(str(directory), rows, seed=seed, avg_bytes=avg_bytes, mix=MIX, shards=SHARDS)
+    print(f"generated {SHARDS} shards of {rows} rows in {time.perf_counter() - began:.1f} s", flush=True)
+    return directory
+
+
+def measure(rows: int) -> dict[str, float]:
+    directory = ensure_shards(rows)
+    shards = sorted(directory.glob(PATTERN))
+    for shard in shards:
+        warm_page_cache(shard)
+    parse = sum(parse_seconds(shard)[0] for shard in shards)
+    out = directory / "out"
+    shutil.rmtree(out, ignore_errors=True)
+    executable = gymflow_executable() or "gymflow"
+    command = [
+        executable,
+        "eval",
+        "aggregate",
+        "-i",
+        str(directory / PATTERN),
+        "-o",
+        str(out / "merged.jsonl"),
+        "--direct",
+        "--no-health-check",
+        "--no-cache",
+    ]
+    run = run_measured(command)
+    if not run.ok:
+        raise SystemExit(f"aggregate failed ({run.returncode}):\n{run.stderr}")
+    size = sum(shard.stat().st_size for shard in shards)
+    return {
+        "rows": rows,
+        "mb": size / 1e6,
+        "parse_s": parse,
+        "aggregate_s": run.seconds,
+        "ratio": run.seconds / parse,
+        "peak_rss_mb": run.peak_tree_rss / 2**20,
+    }
+
+
+def metrics_seconds(rows: int) -> float:
+    from gymflow.aggregate import AggregateOptions, reduce_shards, scan_part
+
+    directory = ensure_shards(rows)
+    options = AggregateOptions(input_glob=str(directory / PATTERN), output=str(directory / "unused.jsonl"))
+    parts = [
+        scan_part(str(shard), i, options, None) for i, shard in enumerate(sorted(directory.glob(PATTERN)))
+    ]
+    began = time.perf_counter()
+    reduce_shards([p.scan for p in parts], [p.sidecars for p in parts], options.settings)
+    return time.perf_counter() - began
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=40_000)
+    args = parser.parse_args()
+    results = [measure(args.rows // 4), measure(args.rows)]
+    for r in results:
+        print(
+            f"rows={r['rows']:.0f} ({r['mb']:.0f} MB, {SHARDS} shards): parse {r['parse_s']:.2f} s, "
+            f"aggregate {r['aggregate_s']:.2f} s, ratio = aggregate / parse = {r['ratio']:.2f}, "
+            f"peak RSS {r['peak_rss_mb']:.0f} MB",
+            flush=True,
+        )
+    print(f"metrics over {args.rows} rows (reduce step only): {metrics_seconds(args.rows):.3f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
