@@ -3,7 +3,8 @@
 Run from the repo root: ``python bench/aggregate.py [--rows N]``.
 
 1. The seeded corpus of the health benchmark (``bench.corpus``, ~16 KB rollouts, seed 0) without
-   its deliberately unreadable and duplicate rows, written as 8 shards (``rollouts_shard_{i}.jsonl``) for ``--rows`` rows (default 40,000) and a quarter.
+   its deliberately unreadable and duplicate rows, as 8 shards (``rollouts_shard_{i}.jsonl``), for
+   ``--rows`` rows (default 40,000) and a quarter of that.
 2. ``parse_s``: one process reads every shard in binary and ``orjson.loads`` every line.
 3. ``aggregate_s``: ``gymflow eval aggregate -i '<dir>/rollouts_shard_*.jsonl' -o <out> --direct
    --no-health-check --no-cache`` as a subprocess: wall time (including writing the merged file)
@@ -38,10 +39,14 @@ SHARDS = 8
 PATTERN = "rollouts_shard_*.jsonl"
 
 
+# The health benchmark's mix without its unreadable lines and duplicate rows: aggregate stops on
+# those by design (a malformed line or a repeated identity is an error, spec §1.3).
+MIX = {kind: weight for kind, weight in corpus.DEFAULT_MIX.items() if kind not in ("unreadable", "duplicate")}
+
+
 def ensure_shards(rows: int, seed: int = 0, avg_bytes: int = 16_000) -> Path:
-    directory = (
-        CORPUS_ROOT / f"shards{SHARDS}-rows{rows}-avg{avg_bytes}-seed{seed}-{_generator_fingerprint()}"
-    )
+    name = f"shards{SHARDS}-clean-rows{rows}-avg{avg_bytes}-seed{seed}-{_generator_fingerprint()}"
+    directory = CORPUS_ROOT / name
     if len(list(directory.glob(PATTERN))) == SHARDS:
         return directory
     directory.mkdir(parents=True, exist_ok=True)
