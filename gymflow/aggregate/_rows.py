@@ -65,7 +65,13 @@ class RowFacts:
     @property
     def info(self) -> dict[str, Any]:
         """The row's ``rollout_infos`` entry (§3.4)."""
-        return dict(zip(self.info_names, self.info_values, strict=True))
+        out: dict[str, Any] = {
+            "rollout_id": f"{self.task}:{self.rollout}",
+            "_ng_task_index": self.task,
+            "_ng_rollout_index": self.rollout,
+        }
+        out.update(zip(self.info_names, self.info_values, strict=True))
+        return out
 
 
 def _numeric(value: object) -> bool:
@@ -113,33 +119,33 @@ def extract(row: Mapping[str, Any], spec: ScoreSpec | None = None, where: str = 
     if not isinstance(usage, Mapping):
         usage = None
 
-    # §3.2: top-level entries overlaid by usage entries (usage wins), then numeric, non-"_" ones.
-    fields: dict[str, Number] = {}
-    overlay: dict[str, Any] = dict(row)
-    if usage is not None:
-        overlay.update(usage)
-    for name, value in overlay.items():
-        if name.startswith("_") or name == "mask_sample" or not _numeric(value):
-            continue
-        fields[name] = _as_number(value)
+    # Numeric, non-"_" top-level entries (most values of a row are objects or strings: skip fast).
+    top: dict[str, Number] = {}
+    for name, value in row.items():
+        kind = type(value)
+        if (kind is float or kind is int or kind is bool) and name[:1] != "_" and name != "mask_sample":
+            if kind is not float or value == value:  # NaN counts as missing
+                top[name] = int(value) if kind is bool else value
 
-    # §3.4: reward (if present, even null), usage numerics, then top-level numerics (top-level wins).
-    info: dict[str, Any] = {
-        "rollout_id": f"{task}:{rollout}",
-        "_ng_task_index": task,
-        "_ng_rollout_index": rollout,
-    }
+    # §3.2: top-level entries overlaid by usage entries (usage wins), then the numeric ones.
+    fields = top
+    info: dict[str, Any] = {}
     if "reward" in row:
         reward = row["reward"]
-        info["reward"] = _as_number(reward) if isinstance(reward, bool) else reward
+        info["reward"] = int(reward) if isinstance(reward, bool) else reward
     if usage is not None:
+        fields = dict(top)
         for name, value in usage.items():
-            if not name.startswith("_") and _numeric(value):
-                info[name] = _as_number(value)
-    for name, value in row.items():
-        if name in ("reward", "response", "mask_sample") or name.startswith("_") or not _numeric(value):
-            continue
-        info[name] = _as_number(value)
+            if name[:1] == "_" or name == "mask_sample":
+                continue
+            if _numeric(value):
+                fields[name] = info[name] = _as_number(value)
+            else:
+                fields.pop(name, None)
+    # §3.4: reward (if present, even null), usage numerics, then top-level numerics (top-level wins).
+    for name, value in top.items():
+        if name != "reward":
+            info[name] = value
 
     facts = RowFacts(
         task=task,

@@ -13,6 +13,7 @@ import json
 import os
 import tempfile
 from collections.abc import Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
@@ -24,6 +25,8 @@ from gymflow.errors import InputError
 from gymflow.perf_summary import PerfAccumulator
 
 __all__ = ["GroupRef", "ScanRow", "ShardScan", "parse_line", "resolve_group", "scan_shard"]
+
+_HASH_BATCH = 4 * 2**20
 
 NO_AGENT = "agent"
 """Group of a row that names neither an environment server nor an agent."""
@@ -38,6 +41,17 @@ class GroupRef:
     agent: str
 
 
+_GROUPS: dict[tuple[str, bool, str], GroupRef] = {}
+
+
+def _group(key: str, is_environment: bool, agent: str) -> GroupRef:
+    # One object per distinct group: rows share it instead of holding copies of the names.
+    ref = _GROUPS.get((key, is_environment, agent))
+    if ref is None:
+        ref = _GROUPS[(key, is_environment, agent)] = GroupRef(key, is_environment, agent)
+    return ref
+
+
 def resolve_group(row: Mapping[str, Any], agent_environments: Mapping[str, str]) -> GroupRef:
     """Group of ``row``: its ``_ng_environment_server`` stamp, else the environment server the
     config puts in front of its agent, else the agent name (no error without a config)."""
@@ -46,11 +60,11 @@ def resolve_group(row: Mapping[str, Any], agent_environments: Mapping[str, str])
     agent_name = agent if isinstance(agent, str) and agent else NO_AGENT
     stamp = row.get("_ng_environment_server")
     if isinstance(stamp, str) and stamp:
-        return GroupRef(stamp, True, agent_name)
+        return _group(stamp, True, agent_name)
     environment = agent_environments.get(agent_name)
     if environment is not None:
-        return GroupRef(environment, True, agent_name)
-    return GroupRef(agent_name, False, agent_name)
+        return _group(environment, True, agent_name)
+    return _group(agent_name, False, agent_name)
 
 
 @dataclass(slots=True)
@@ -103,6 +117,14 @@ def parse_line(url: str, line_number: int, text: bytes) -> dict[str, Any]:
 
 
 def _is_compact(obj: dict[str, Any], line: bytes) -> bool:
+    """Whether ``line`` is already compact JSON (then the merge copies it verbatim).
+
+    Fast path: no ``": `` / ``", "`` separator anywhere and no surrounding whitespace. Otherwise
+    (the text may merely contain such characters inside strings) compare with a compact dump.
+    """
+    body = line[:-1] if line.endswith(b"\n") else line
+    if b'": ' not in body and b'", "' not in body and body[:1] == b"{" and body[-1:] == b"}":
+        return True
     dumped = orjson.dumps(obj)
     end = len(line) - (1 if line.endswith(b"\n") else 0)
     return len(dumped) == end and line.startswith(dumped)
@@ -128,14 +150,36 @@ def scan_shard(
     if spool_dir is not None and not storage.is_local(url):
         handle, scan.spool = tempfile.mkstemp(prefix="shard-", suffix=".jsonl", dir=spool_dir)
         spool = os.fdopen(handle, "wb", buffering=2**20)
+    # Hash (and spool) in a helper thread: hashlib and file writes release the GIL, so both
+    # overlap with parsing. One worker keeps the batches in order.
+    hasher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gymflow-hash")
+    pending: list[Future[None]] = []
+    batch: list[bytes] = []
+    batch_bytes = 0
+
+    def consume(lines: list[bytes]) -> None:
+        for item in lines:
+            digest.update(item)
+            if spool is not None:
+                spool.write(item)
+
+    def flush() -> None:
+        nonlocal batch, batch_bytes
+        if batch:
+            pending.append(hasher.submit(consume, batch))
+            batch, batch_bytes = [], 0
+        while len(pending) > 4:
+            pending.pop(0).result()
+
     try:
         line_number = 0
         for offset, line in storage.iter_lines(url):
             line_number += 1
-            digest.update(line)
             nbytes += len(line)
-            if spool is not None:
-                spool.write(line)
+            batch.append(line)
+            batch_bytes += len(line)
+            if batch_bytes >= _HASH_BATCH:
+                flush()
             if not line or line.isspace():
                 continue
             row = parse_line(url, line_number, line)
@@ -148,13 +192,18 @@ def scan_shard(
             accumulator.add(row.get("ng_perf"))
             scan.row_keys[group.key].update(row)
             scan.rows.append(ScanRow(facts, group, line_number, offset, len(line), _is_compact(row, line)))
+        flush()
+        for future in pending:
+            future.result()
     except BaseException:
+        hasher.shutdown(wait=True, cancel_futures=True)
         if spool is not None:
             spool.close()
             os.unlink(spool.name if isinstance(spool.name, str) else str(scan.spool))
             spool = None
         raise
     finally:
+        hasher.shutdown(wait=True)
         if spool is not None:
             spool.close()
     scan.sha256 = digest.hexdigest()

@@ -57,34 +57,76 @@ def _columns(rows: Sequence[RowFacts], fields: Sequence[str]) -> dict[str, list[
     return columns
 
 
+def _present(rows: Sequence[RowFacts], fields: Sequence[str]) -> dict[str, list[Number]]:
+    """Per field, the values of the rows that have it, in row order."""
+    columns: dict[str, list[Number]] = {name: [] for name in fields}
+    for row in rows:
+        for name, value in zip(row.field_names, row.field_values, strict=True):
+            column = columns.get(name)
+            if column is not None:
+                column.append(value)
+    return columns
+
+
+def _small_sum(values: Sequence[float]) -> float:
+    total = 0.0
+    for value in values:
+        total += value
+    return total
+
+
 def set_statistics(rows: Sequence[RowFacts], fields: Sequence[str], integral: set[str]) -> dict[str, Any]:
-    """§3.3: ``mean/``, ``max/``, ``min/``, ``median/``, ``std/`` (stat by stat) over a set of rows."""
+    """§3.3: ``mean/``, ``max/``, ``min/``, ``median/``, ``std/`` (stat by stat) over a set of rows.
+
+    Sums run over the column with 0.0 where a row lacks the field, as a pandas column reduces.
+    Below 8 rows numpy's pairwise sum is a plain left-to-right loop, where adding those zeros
+    changes nothing, so small sets (every task of a group) skip building the filled column.
+    """
+    n = len(rows)
+    small = n < 8
+    columns: dict[str, list[Number | None]] = {} if small else _columns(rows, fields)
+    present_columns = _present(rows, fields) if small else {}
     means: dict[str, float] = {}
     maxima: dict[str, Number] = {}
     minima: dict[str, Number] = {}
     medians: dict[str, float] = {}
     stds: dict[str, float] = {}
     in_all: list[str] = []
-    for name, column in _columns(rows, fields).items():
-        present = [value for value in column if value is not None]
-        filled = [0.0 if value is None else float(value) for value in column]
-        count = len(present)
-        if count == 0:
-            continue
-        if count == len(rows):
+    for name in fields:
+        if small:
+            present = present_columns[name]
+            floats = [float(value) for value in present]
+            count = len(present)
+            if count == 0:
+                continue
+            average = _small_sum(floats) / count
+        else:
+            column = columns[name]
+            present = [value for value in column if value is not None]
+            count = len(present)
+            if count == 0:
+                continue
+            filled = [0.0 if value is None else float(value) for value in column]
+            average = pairwise_sum(filled) / count
+            floats = [float(value) for value in present]
+        if count == n:
             in_all.append(name)
-        average = pairwise_sum(filled) / count
         means[name] = average
         high, low = max(present), min(present)
         maxima[name] = high if name in integral else float(high)
         minima[name] = low if name in integral else float(low)
-        medians[name] = median([float(value) for value in present])
+        medians[name] = median(floats)
         if count >= 2:
-            squares = [
-                0.0 if raw is None else (average - value) * (average - value)
-                for raw, value in zip(column, filled, strict=True)
-            ]
-            stds[name] = math.sqrt(pairwise_sum(squares) / (count - 1))
+            if small:
+                spread = _small_sum([(average - value) * (average - value) for value in floats])
+            else:
+                spread = pairwise_sum(
+                    [
+                        0.0 if raw is None else (average - value) * (average - value)
+                        for raw, value in zip(column, filled, strict=True)
+                    ]
+                )
+            stds[name] = math.sqrt(spread / (count - 1))
     if not stds:
         stds = {name: 0.0 for name in in_all}
     out: dict[str, Any] = {}

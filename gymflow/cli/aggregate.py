@@ -82,6 +82,12 @@ def register(eval_commands: argparse._SubParsersAction) -> None:  # type: ignore
     parser.add_argument(
         "--server-metrics", action="store_true", help="ask each group's resources server (not implemented)"
     )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        metavar="N",
+        help="processes reading shards with --direct (default min(CPUs, 8))",
+    )
     parser.add_argument("--direct", action="store_true", help="run in-process, without Prefect")
     parser.add_argument(
         "--no-cache", action="store_true", help="recompute even if the outputs are up to date"
@@ -173,6 +179,8 @@ def build_options(args: argparse.Namespace, extras: Sequence[str]) -> tuple[Any,
         config = AggregateConfig.model_validate(values)
     except ValidationError as exc:
         raise UsageError(_configuration_error(exc)) from None
+    if args.workers is not None and args.workers < 1:
+        raise UsageError("argument --workers: must be at least 1")
     if config.server_metrics:
         raise UsageError("--server-metrics is not implemented yet; the local metrics equal the default set")
     pass_majority = config.pass_majority
@@ -193,6 +201,7 @@ def build_options(args: argparse.Namespace, extras: Sequence[str]) -> tuple[Any,
         health_check_workers=config.health_check_workers,
         health_check_ignored=config.health_check_ignored_checks,
         use_cache=not args.no_cache,
+        workers=args.workers,
     )
     return options, config
 

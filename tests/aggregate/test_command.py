@@ -20,6 +20,7 @@ from .rows import mcqa_rows, row, write_jsonl
 def run(input_glob: str, output: str, **kwargs: Any) -> tuple[Any, list[str]]:
     lines: list[str] = []
     kwargs.setdefault("health_check", False)
+    kwargs.setdefault("workers", 1)  # the process pool costs a second per run; one test covers it
     outcome = run_aggregate(
         AggregateOptions(input_glob=input_glob, output=output, **kwargs), echo=lines.append
     )
@@ -80,7 +81,7 @@ def test_bad_index_names_file_line_and_field(tmp_path: Path) -> None:
 
 
 def test_06_blank_lines_skipped_4_plus_5(two_shards: Path) -> None:
-    outcome, lines = run(f"{two_shards}/s/*.jsonl", f"{two_shards}/out/merged.jsonl")
+    outcome, lines = run(f"{two_shards}/s/*.jsonl", f"{two_shards}/out/merged.jsonl", workers=2)
     assert "Loaded 9 rollout record(s) from 2 shard(s)" in lines
     assert lines[:3] == [
         "Aggregating 2 shard(s):",
