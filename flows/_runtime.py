@@ -13,6 +13,8 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from prefect import Flow
+from prefect.events.worker import EventsWorker
+from prefect.logging.handlers import APILogWorker
 from prefect.settings import PREFECT_API_URL, PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 from prefect.task_runners import ProcessPoolTaskRunner, TaskRunner
 
@@ -51,6 +53,10 @@ def prefect_api() -> Iterator[str]:
         with temporary_settings(updates={PREFECT_API_URL: server.api_url}):
             yield server.api_url
     finally:
+        # Events and logs still queued must reach the server before it goes, or their workers
+        # keep retrying a closed port and print tracebacks at exit.
+        EventsWorker.drain_all(timeout=10, at_exit=False)
+        APILogWorker.drain_all(timeout=10, at_exit=False)
         del os.environ["PREFECT_API_URL"]
         server.stop()
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
+import orjson
+
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 MAX_FREE_FORM_DEPTH = 255
@@ -200,6 +202,16 @@ def _depth_exceeds(value: Any, limit: int) -> bool:
     return False
 
 
+def _too_deep(value: Any) -> bool:
+    # orjson's serialiser refuses the same depths or shallower ones (it counts an empty innermost
+    # container as one more level), and does so in C: only values it refuses are walked exactly.
+    try:
+        orjson.dumps(value)
+    except TypeError:
+        return _depth_exceeds(value, MAX_FREE_FORM_DEPTH)
+    return False
+
+
 def _free_form_values(record: TrajectoryRecord) -> list[Any]:
     values: list[Any] = []
     for turn in record.turns:
@@ -212,15 +224,21 @@ def _free_form_values(record: TrajectoryRecord) -> list[Any]:
     return values
 
 
-def validate_trajectory(raw: Any) -> TrajectoryRecord:
-    """Validate a parsed ``ng_trajectory`` value; raise :class:`TrajectoryUnreadable` if invalid."""
+def validate_trajectory(raw: Any, may_nest_deeply: bool = True) -> TrajectoryRecord:
+    """Validate a parsed ``ng_trajectory`` value; raise :class:`TrajectoryUnreadable` if invalid.
+
+    ``may_nest_deeply=False`` skips the depth walk; callers pass it when the source text holds
+    fewer than :data:`MAX_FREE_FORM_DEPTH` opening brackets, so no value can nest that deep.
+    """
     try:
         record = TrajectoryRecord.model_validate(raw)
     except ValidationError as exc:
         raise TrajectoryUnreadable("ValidationError", str(exc)) from None
+    if not may_nest_deeply:
+        return record
     # The reference serialises the record after validating it; its serialiser gives up on values
     # nested deeper than 255 levels with a ValueError.
     for value in _free_form_values(record):
-        if isinstance(value, (dict, list)) and _depth_exceeds(value, MAX_FREE_FORM_DEPTH):
+        if isinstance(value, (dict, list)) and _too_deep(value):
             raise TrajectoryUnreadable("ValueError", "a free-form value is nested too deeply")
     return record

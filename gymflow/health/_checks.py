@@ -32,15 +32,29 @@ def _owned_bound(ev: Evidence) -> bool:
     return ev.calls_observed and bool(ev.owned.bound)
 
 
-def _turn_activity(ev: Evidence) -> list[tuple[bool, bool]]:
+def turn_activity(ev: Evidence) -> list[tuple[bool, bool]]:
     """Per turn: (has content or a tool call, has a reference). The tool-call walk runs on every
     turn's answer, even one with text, so a malformed ``type`` raises for both turn checks."""
     activity = []
     for turn in ev.trajectory.turns:
         tool_call = has_tool_call(turn.answer)
-        content = non_empty(turn.answer) or non_empty(turn.reasoning_content) or tool_call
+        content = tool_call or non_empty(turn.answer) or non_empty(turn.reasoning_content)
         activity.append((content, bool(turn.model_calls)))
     return activity
+
+
+def _turn_activity(ev: Evidence) -> list[tuple[bool, bool]]:
+    """:func:`turn_activity`, computed once per record for both turn checks (failure included)."""
+    cached = ev.memo.get("turn_activity")
+    if cached is None:
+        try:
+            cached = turn_activity(ev)
+        except Exception as exc:  # noqa: BLE001 - re-raised below, once for each check
+            cached = exc
+        ev.memo["turn_activity"] = cached
+    if isinstance(cached, Exception):
+        raise cached
+    return cached  # type: ignore[no-any-return]
 
 
 @trajectory_check("rollout_missing_agent_turns", _turns_observable)

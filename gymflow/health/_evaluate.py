@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from gymflow.evidence import TrajectoryRecord, TrajectoryUnreadable, validate_trajectory
+from gymflow.evidence import MAX_FREE_FORM_DEPTH, TrajectoryRecord, TrajectoryUnreadable, validate_trajectory
 from gymflow.health import _checks  # noqa: F401  (registers the trajectory checks)
 from gymflow.health._checks import failed_chains
 from gymflow.health._evidence import Evidence, transcript_usage
@@ -184,7 +184,8 @@ def evaluate_line(line: bytes, line_number: int, ordinal: int, ignored: frozense
     trajectory_error: str | None = None
     if raw_trajectory is not None:
         try:
-            trajectory = validate_trajectory(raw_trajectory)
+            brackets = line.count(b"[") + line.count(b"{")
+            trajectory = validate_trajectory(raw_trajectory, may_nest_deeply=brackets > MAX_FREE_FORM_DEPTH)
         except TrajectoryUnreadable as exc:
             trajectory_error = exc.error
     if trajectory is not None and any(gap.code == "trajectory_projection_failed" for gap in trajectory.gaps):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
@@ -49,6 +49,8 @@ class Evidence:
 
     trajectory: TrajectoryRecord
     usage: tuple[int | None, int | None]
+    memo: dict[str, Any] = field(default_factory=dict)
+    """Results that several checks share, computed once."""
 
     @cached_property
     def gap_codes(self) -> frozenset[str]:

@@ -43,9 +43,15 @@ def non_empty(value: Any) -> bool:
     if isinstance(value, str):
         return bool(value) and not value.isspace()
     if isinstance(value, list):
-        return any(non_empty(item) for item in value)
+        for item in value:
+            if non_empty(item):
+                return True
+        return False
     if isinstance(value, dict):
-        return any(non_empty(value.get(member)) for member in _CONTENT_MEMBERS)
+        for member in _CONTENT_MEMBERS:
+            part = value.get(member)
+            if part is not None and non_empty(part):
+                return True
     return False
 
 

@@ -117,7 +117,9 @@ def finish(plan_: HealthPlan, results: Sequence[RangeResult]) -> HealthReport:
         source = result.byte_range.source_index
         if source != current_source:
             current_source, line_offset = source, 0
-        name = source_file_name(result.byte_range.path)
+        # The name comes from this run's plan: a cached range result may have been computed
+        # from the same bytes under another path.
+        name = source_file_name(plan_.paths[source])
         ordinal_offset = len(rows)
         for row in result.rows:
             row.place(source, name, line_offset, ordinal_offset)

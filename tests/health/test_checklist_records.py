@@ -182,3 +182,16 @@ def test_depth_limit_boundary(tmp_path: Path) -> None:
     )
     assert out.row(0)["verdict"] == "healthy"
     assert out.row(1)["findings"][0]["detail"]["error"] == "ValueError"
+
+
+def test_depth_limit_counts_an_empty_innermost_container_once(tmp_path: Path) -> None:
+    def lists(count: int) -> object:
+        value: object = []
+        for _ in range(count - 1):
+            value = [value]
+        return value
+
+    answers = [lists(255), lists(256)]
+    out = health(tmp_path, [record(i, traj=trajectory(turns=[turn(answer=a)])) for i, a in enumerate(answers)])
+    assert out.findings("record_unreadable", 0) == []
+    assert out.findings("record_unreadable", 1)[0]["detail"]["error"] == "ValueError"

@@ -68,9 +68,13 @@ def test_s3_end_to_end_direct(local_run: Path, s3_bucket: str, capsys: pytest.Ca
 def test_prefect_flow_writes_the_same_bytes(
     local_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    direct_dir = tmp_path / "direct"
-    direct_dir.mkdir()
-    (direct_dir / "rollouts.jsonl").write_bytes((local_run / "rollouts.jsonl").read_bytes())
+    def copy_to(name: str) -> Path:
+        target = tmp_path / name
+        target.mkdir()
+        (target / "rollouts.jsonl").write_bytes((local_run / "rollouts.jsonl").read_bytes())
+        return target
+
+    direct_dir, moved_dir = copy_to("direct"), copy_to("moved")
     assert cli(["eval", "health-check", str(direct_dir), "--direct"], capsys)[0] == 0
     code, stdout = cli(["eval", "health-check", str(local_run), "--workers", "2"], capsys)
     assert code == 0
@@ -81,3 +85,7 @@ def test_prefect_flow_writes_the_same_bytes(
     record = json.loads((local_run / "quality_summary.provenance.json").read_text())
     assert record["orchestrator"]["kind"] == "prefect"
     assert record["orchestrator"]["flow_run_id"]
+    # Same bytes under another path: range results come from Prefect's cache, yet unreadable
+    # rows must name the file of this run.
+    assert cli(["eval", "health-check", str(moved_dir), "--workers", "2"], capsys)[0] == 0
+    assert Outcome(moved_dir).verdict_bytes == direct_out.verdict_bytes.replace(b"/direct/", b"/moved/")
