@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 import orjson
-
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 MAX_FREE_FORM_DEPTH = 255

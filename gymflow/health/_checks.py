@@ -54,7 +54,7 @@ def _turn_activity(ev: Evidence) -> list[tuple[bool, bool]]:
         ev.memo["turn_activity"] = cached
     if isinstance(cached, Exception):
         raise cached
-    return cached  # type: ignore[no-any-return]
+    return cached
 
 
 @trajectory_check("rollout_missing_agent_turns", _turns_observable)

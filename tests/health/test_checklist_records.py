@@ -192,6 +192,8 @@ def test_depth_limit_counts_an_empty_innermost_container_once(tmp_path: Path) ->
         return value
 
     answers = [lists(255), lists(256)]
-    out = health(tmp_path, [record(i, traj=trajectory(turns=[turn(answer=a)])) for i, a in enumerate(answers)])
+    out = health(
+        tmp_path, [record(i, traj=trajectory(turns=[turn(answer=a)])) for i, a in enumerate(answers)]
+    )
     assert out.findings("record_unreadable", 0) == []
     assert out.findings("record_unreadable", 1)[0]["detail"]["error"] == "ValueError"
