@@ -7,6 +7,7 @@ verbatim; any other row is re-serialized compactly. The file is replaced atomica
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Iterator, Sequence
@@ -15,6 +16,7 @@ import orjson
 
 from gymflow import storage
 from gymflow.aggregate._scan import ScanRow, ShardScan
+from gymflow.provenance import FileDigest
 
 __all__ = ["merged_lines", "sorted_rows", "write_merged"]
 
@@ -66,6 +68,17 @@ def _parse(data: bytes) -> object:
         return json.loads(data)
 
 
-def write_merged(scans: Sequence[ShardScan], output: str) -> None:
-    """Write all rows of ``scans`` to ``output`` in merge order, atomically."""
-    storage.write_atomic_lines(output, merged_lines(scans))
+def write_merged(scans: Sequence[ShardScan], output: str) -> FileDigest:
+    """Write all rows of ``scans`` to ``output`` in merge order, atomically; return its digest."""
+    digest = hashlib.sha256()
+    size = 0
+
+    def hashed() -> Iterator[bytes]:
+        nonlocal size
+        for chunk in merged_lines(scans):
+            digest.update(chunk)
+            size += len(chunk)
+            yield chunk
+
+    storage.write_atomic_lines(output, hashed())
+    return FileDigest(storage.to_uri(output), digest.hexdigest(), size)

@@ -13,7 +13,15 @@ from typing import Any
 
 from gymflow.aggregate._passk import pass_at_k
 from gymflow.aggregate._rows import RowFacts, ScoreSpec
-from gymflow.aggregate._stats import across_repeats, discover_fields, repeat_statistics, set_statistics
+from gymflow.aggregate._stats import (
+    UniformPlan,
+    across_repeats,
+    discover_fields,
+    repeat_statistics,
+    set_statistics,
+    uniform_plan,
+    uniform_small_statistics,
+)
 from gymflow.errors import InputError
 
 __all__ = ["DuplicateRolloutError", "GroupMetrics", "group_metrics", "key_metrics"]
@@ -77,6 +85,7 @@ def _missing_warning(example_rollout: int, missing: int, count: int) -> str:
 
 def _group_level(scored: list[RowFacts], fields: list[str], integral: set[str]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
+    plans: dict[int, UniformPlan] = {}
     start = 0
     while start < len(scored):
         task = scored[start].task
@@ -85,7 +94,14 @@ def _group_level(scored: list[RowFacts], fields: list[str], integral: set[str]) 
             stop += 1
         rows = scored[start:stop]
         entry: dict[str, Any] = {"_ng_task_index": task}
-        entry.update(set_statistics(rows, fields, integral))
+        layout = rows[0].field_names
+        if len(rows) < 8 and all(row.field_names is layout for row in rows):
+            plan = plans.get(id(layout))
+            if plan is None:
+                plan = plans[id(layout)] = uniform_plan(layout, fields, integral)
+            entry.update(uniform_small_statistics(rows, plan))
+        else:
+            entry.update(set_statistics(rows, fields, integral))
         entry["sample"] = {"agent_ref": {"name": "agent"}}
         entry["num_rollouts"] = len(rows)
         entry["expected_num_rollouts"] = len(rows)
@@ -109,9 +125,17 @@ def _repeat_level(scored: list[RowFacts], warnings: list[str]) -> list[dict[str,
         rows = by_rollout[rollout]
         sample_count = len({row.task for row in rows})
         values: dict[str, list[float]] = {}
-        for row in rows:
-            for name, value in zip(row.field_names, row.field_values, strict=True):
-                values.setdefault(name, []).append(float(value))
+        layout = rows[0].field_names
+        if all(row.field_names is layout for row in rows):
+            # One layout (the usual case): transpose in C.
+            for name, column in zip(
+                layout, zip(*(row.field_values for row in rows), strict=True), strict=True
+            ):
+                values[name] = [float(value) for value in column]
+        else:
+            for row in rows:
+                for name, value in zip(row.field_names, row.field_values, strict=True):
+                    values.setdefault(name, []).append(float(value))
         entry: dict[str, Any] = {
             "_ng_rollout_index": rollout,
             "sample_count": sample_count,

@@ -9,42 +9,40 @@ numpy's "linear" interpolation (shared with ``gymflow.perf_summary``).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import sys
+from collections.abc import Callable, Iterable, Sequence
 
 from gymflow.aggregate._tdist import T975
 from gymflow.perf_summary import percentile
 
-__all__ = ["mean", "median", "pairwise_sum", "percentile", "sample_std", "t975"]
+__all__ = ["mean", "median", "pairwise_sum", "percentile", "sample_std", "sequential_sum", "t975"]
 
 _BLOCK = 128
 _Z975 = 1.959963984540054
 
 
+def _loop_sum(values: Iterable[float]) -> float:
+    total = 0.0
+    for value in values:
+        total += value
+    return total
+
+
+# Left-to-right double addition, the rounding numpy's inner loops have. Python's ``sum`` does exactly
+# that for floats up to 3.11 (in C, fast); from 3.12 on it compensates rounding errors, so use a loop.
+sequential_sum: Callable[[Iterable[float]], float] = sum if sys.version_info < (3, 12) else _loop_sum
+
+
 def _pairwise(values: Sequence[float], start: int, n: int) -> float:
     if n < 8:
-        total = 0.0
-        for i in range(start, start + n):
-            total += values[i]
-        return total
+        return sequential_sum(values[start : start + n])
     if n <= _BLOCK:
-        r = [float(values[start + j]) for j in range(8)]
-        i = 8
-        stop = n - (n % 8)
-        while i < stop:
-            base = start + i
-            r[0] += values[base]
-            r[1] += values[base + 1]
-            r[2] += values[base + 2]
-            r[3] += values[base + 3]
-            r[4] += values[base + 4]
-            r[5] += values[base + 5]
-            r[6] += values[base + 6]
-            r[7] += values[base + 7]
-            i += 8
+        stop = start + n - (n % 8)
+        # Eight accumulators over every 8th element, combined as numpy combines them.
+        r = [sequential_sum(values[start + j : stop : 8]) for j in range(8)]
         total = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]))
-        while i < n:
-            total += values[start + i]
-            i += 1
+        for i in range(stop, start + n):
+            total += values[i]
         return total
     half = n // 2
     half -= half % 8

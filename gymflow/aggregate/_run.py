@@ -6,13 +6,16 @@ runs them in-process. Progress text goes to an ``echo`` callback; the core never
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import multiprocessing
 import os
+import pickle
 import shutil
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -142,11 +145,13 @@ def scan_all(shards: Sequence[str], options: AggregateOptions, spool_dir: str | 
     except (OSError, ValueError) as exc:
         logger.warning("Process pool unavailable (%s); reading shards serially.", exc)
         return [scan_part(shard, index, options, spool_dir) for index, shard in enumerate(shards)]
-    with pool:
-        futures = [
-            pool.submit(scan_part, shard, index, options, spool_dir) for index, shard in enumerate(shards)
-        ]
-        return [future.result() for future in futures]
+    try:
+        with pool:
+            futures = [pool.submit(scan_part, shard, i, options, spool_dir) for i, shard in enumerate(shards)]
+            return [future.result() for future in futures]
+    except (BrokenProcessPool, pickle.PicklingError) as exc:
+        logger.warning("Process pool failed (%s); reading shards serially.", exc)
+        return [scan_part(shard, index, options, spool_dir) for index, shard in enumerate(shards)]
 
 
 def input_digests(
@@ -215,12 +220,21 @@ def write_outputs(
     options: AggregateOptions,
     orchestrator: Mapping[str, Any],
     started_at: str,
+    merged: provenance.FileDigest | None = None,
 ) -> None:
-    """Write the metrics file, then (last) the provenance record listing every output."""
-    storage.write_atomic(options.metrics_path, metrics_bytes(reduction.entries))
-    outputs = [provenance.digest(options.metrics_path)]
+    """Write the metrics file, then (last) the provenance record listing every output.
+
+    ``merged`` is the merged file's digest when the merge computed it while writing.
+    """
+    data = metrics_bytes(reduction.entries)
+    storage.write_atomic(options.metrics_path, data)
+    outputs = [
+        provenance.FileDigest(
+            storage.to_uri(options.metrics_path), hashlib.sha256(data).hexdigest(), len(data)
+        )
+    ]
     if options.merge_shards:
-        outputs.insert(0, provenance.digest(options.output))
+        outputs.insert(0, merged if merged is not None else provenance.digest(options.output))
     inputs = input_digests(parts, options)
     record = provenance.build_record(
         command=COMMAND,
@@ -314,13 +328,25 @@ def run_aggregate(
     try:
         parts = scan_all(shards, options, spool_dir)
         echo(loaded_line(parts))
-        if options.merge_shards:
-            echo(f"Merging shards into {options.output}")
-            write_merged([part.scan for part in parts], options.output)
+        merged: provenance.FileDigest | None = None
+        # The merged file is written (I/O, hashing: the GIL is released) while the metrics are
+        # computed; it is complete before anything else is written, and even if the metrics fail.
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="gymflow-merge") as writer:
+            pending = None
+            if options.merge_shards:
+                echo(f"Merging shards into {options.output}")
+                pending = writer.submit(write_merged, [part.scan for part in parts], options.output)
+            try:
+                reduction = reduce_shards(
+                    [p.scan for p in parts], [p.sidecars for p in parts], options.settings
+                )
+            finally:
+                if pending is not None:
+                    merged = pending.result()
     finally:
         shutil.rmtree(spool_dir, ignore_errors=True)
-    reduction = reduce_shards([p.scan for p in parts], [p.sidecars for p in parts], options.settings)
-    finish_run(parts, reduction, options, outcome, echo, orchestrator or {"kind": "direct"}, started_at)
+    write_outputs(parts, reduction, options, orchestrator or {"kind": "direct"}, started_at, merged)
+    report_run(reduction, options, outcome, echo)
     return outcome
 
 

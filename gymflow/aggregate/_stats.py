@@ -10,16 +10,27 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from gymflow.aggregate._numbers import mean, median, pairwise_sum, percentile, sample_std, t975
+from gymflow.aggregate._numbers import (
+    mean,
+    median,
+    pairwise_sum,
+    percentile,
+    sample_std,
+    sequential_sum,
+    t975,
+)
 from gymflow.aggregate._rows import RowFacts
 
 __all__ = [
     "NON_PRIMARY_NAMES",
+    "UniformPlan",
     "across_repeats",
     "discover_fields",
     "is_primary_metric",
     "repeat_statistics",
     "set_statistics",
+    "uniform_plan",
+    "uniform_small_statistics",
     "zero_sem_warning",
 ]
 
@@ -32,16 +43,27 @@ def discover_fields(rows: Sequence[RowFacts]) -> tuple[list[str], set[str]]:
     A field "stays an integer" when every row of the set has it as an int (bools already 0/1): the
     reference's column then keeps an integer dtype, so its max/min print as integers (§3.9).
     """
+    # Rows share a few layouts (tuples of names): work per layout, then per field.
+    layouts: dict[int, tuple[str, ...]] = {}
+    uses: dict[int, int] = {}
+    all_int: dict[int, list[bool]] = {}
+    for row in rows:
+        key = id(row.field_names)
+        flags = all_int.get(key)
+        if flags is None:
+            layouts[key] = row.field_names
+            uses[key] = 0
+            flags = all_int[key] = [True] * len(row.field_names)
+        uses[key] += 1
+        for position, value in enumerate(row.field_values):
+            if flags[position] and type(value) is not int:
+                flags[position] = False
     order: dict[str, bool] = {}
     counts: dict[str, int] = {}
-    for row in rows:
-        for name, value in zip(row.field_names, row.field_values, strict=True):
-            if name not in order:
-                order[name] = True
-                counts[name] = 0
-            counts[name] += 1
-            if not isinstance(value, int):
-                order[name] = False
+    for key, names in layouts.items():
+        for name, flag in zip(names, all_int[key], strict=True):
+            order[name] = order.get(name, True) and flag
+            counts[name] = counts.get(name, 0) + uses[key]
     integral = {name for name, flag in order.items() if flag and counts[name] == len(rows)}
     return list(order), integral
 
@@ -68,77 +90,123 @@ def _present(rows: Sequence[RowFacts], fields: Sequence[str]) -> dict[str, list[
     return columns
 
 
-def _small_sum(values: Sequence[float]) -> float:
-    total = 0.0
-    for value in values:
-        total += value
-    return total
+_KEYS: dict[str, tuple[str, str, str, str, str]] = {}
+
+
+def _keys(name: str) -> tuple[str, str, str, str, str]:
+    keys = _KEYS.get(name)
+    if keys is None:
+        keys = (f"mean/{name}", f"max/{name}", f"min/{name}", f"median/{name}", f"std/{name}")
+        _KEYS[name] = keys
+    return keys
+
+
+def _small_stats(values: list[Number], integral: bool) -> tuple[float, Number, Number, float, float | None]:
+    """mean, max, min, median, std (None below 2 values) of fewer than 8 values.
+
+    Below 8 values numpy's pairwise sum is a left-to-right loop, and the zeros a pandas column
+    holds for rows without the field change nothing in it: summing the present values is exact.
+    """
+    floats = [float(value) for value in values]
+    count = len(floats)
+    average = sequential_sum(floats) / count
+    high, low = max(values), min(values)
+    if not integral:
+        high, low = float(high), float(low)
+    ordered = sorted(floats)
+    middle = count // 2
+    middle_value = ordered[middle] if count % 2 else (ordered[middle - 1] + ordered[middle]) / 2.0
+    if count < 2:
+        return average, high, low, middle_value, None
+    spread = sequential_sum([(average - value) * (average - value) for value in floats])
+    return average, high, low, middle_value, math.sqrt(spread / (count - 1))
+
+
+def _large_stats(
+    column: list[Number | None], integral: bool
+) -> tuple[float, Number, Number, float, float | None]:
+    present = [value for value in column if value is not None]
+    count = len(present)
+    filled = [0.0 if value is None else float(value) for value in column]
+    average = pairwise_sum(filled) / count
+    high, low = max(present), min(present)
+    if not integral:
+        high, low = float(high), float(low)
+    middle_value = median([float(value) for value in present])
+    if count < 2:
+        return average, high, low, middle_value, None
+    squares = [
+        0.0 if raw is None else (average - value) * (average - value)
+        for raw, value in zip(column, filled, strict=True)
+    ]
+    return average, high, low, middle_value, math.sqrt(pairwise_sum(squares) / (count - 1))
 
 
 def set_statistics(rows: Sequence[RowFacts], fields: Sequence[str], integral: set[str]) -> dict[str, Any]:
     """§3.3: ``mean/``, ``max/``, ``min/``, ``median/``, ``std/`` (stat by stat) over a set of rows.
 
-    Sums run over the column with 0.0 where a row lacks the field, as a pandas column reduces.
-    Below 8 rows numpy's pairwise sum is a plain left-to-right loop, where adding those zeros
-    changes nothing, so small sets (every task of a group) skip building the filled column.
+    Sums run over the column with 0.0 where a row lacks the field, as a pandas column reduces
+    (numpy's pairwise summation); small sets (a task's rows) take an exact shortcut.
     """
     n = len(rows)
-    small = n < 8
-    columns: dict[str, list[Number | None]] = {} if small else _columns(rows, fields)
-    present_columns = _present(rows, fields) if small else {}
-    means: dict[str, float] = {}
-    maxima: dict[str, Number] = {}
-    minima: dict[str, Number] = {}
-    medians: dict[str, float] = {}
-    stds: dict[str, float] = {}
+    results: list[tuple[str, tuple[float, Number, Number, float, float | None]]] = []
     in_all: list[str] = []
-    for name in fields:
-        if small:
-            present = present_columns[name]
-            floats = [float(value) for value in present]
-            count = len(present)
-            if count == 0:
-                continue
-            average = _small_sum(floats) / count
-        else:
-            column = columns[name]
-            present = [value for value in column if value is not None]
-            count = len(present)
-            if count == 0:
-                continue
-            filled = [0.0 if value is None else float(value) for value in column]
-            average = pairwise_sum(filled) / count
-            floats = [float(value) for value in present]
-        if count == n:
-            in_all.append(name)
-        means[name] = average
-        high, low = max(present), min(present)
-        maxima[name] = high if name in integral else float(high)
-        minima[name] = low if name in integral else float(low)
-        medians[name] = median(floats)
-        if count >= 2:
-            if small:
-                spread = _small_sum([(average - value) * (average - value) for value in floats])
-            else:
-                spread = pairwise_sum(
-                    [
-                        0.0 if raw is None else (average - value) * (average - value)
-                        for raw, value in zip(column, filled, strict=True)
-                    ]
-                )
-            stds[name] = math.sqrt(spread / (count - 1))
-    if not stds:
-        stds = {name: 0.0 for name in in_all}
+    layout = rows[0].field_names if rows else ()
+    if n < 8 and all(row.field_names is layout for row in rows):
+        # Every row has the same fields (the usual case): transpose in C.
+        transposed = dict(zip(layout, zip(*(row.field_values for row in rows), strict=True), strict=True))
+        for name in fields:
+            picked = transposed.get(name)
+            if picked is not None:
+                results.append((name, _small_stats(list(picked), name in integral)))
+                in_all.append(name)
+    elif n < 8:
+        for name, values in _present(rows, fields).items():
+            if values:
+                results.append((name, _small_stats(values, name in integral)))
+                if len(values) == n:
+                    in_all.append(name)
+    else:
+        for name, column in _columns(rows, fields).items():
+            count = n - column.count(None)
+            if count:
+                results.append((name, _large_stats(column, name in integral)))
+                if count == n:
+                    in_all.append(name)
+    any_std = any(stats[4] is not None for _, stats in results)
     out: dict[str, Any] = {}
-    for prefix, block in (
-        ("mean", means),
-        ("max", maxima),
-        ("min", minima),
-        ("median", medians),
-        ("std", stds),
-    ):
-        for name, value in block.items():
-            out[f"{prefix}/{name}"] = value
+    for position in range(4):
+        for name, stats in results:
+            out[_keys(name)[position]] = stats[position]
+    for name, stats in results:
+        if any_std:
+            if stats[4] is not None:
+                out[_keys(name)[4]] = stats[4]
+        elif name in in_all:
+            out[_keys(name)[4]] = 0.0
+    return out
+
+
+UniformPlan = list[tuple[int, bool, tuple[str, str, str, str, str]]]
+
+
+def uniform_plan(layout: tuple[str, ...], fields: Sequence[str], integral: set[str]) -> UniformPlan:
+    """For rows that all share ``layout``: (position, integral, keys) per field, in field order."""
+    position = {name: index for index, name in enumerate(layout)}
+    return [(position[name], name in integral, _keys(name)) for name in fields if name in position]
+
+
+def uniform_small_statistics(rows: Sequence[RowFacts], plan: UniformPlan) -> dict[str, Any]:
+    """:func:`set_statistics` for fewer than 8 rows that all share one layout (same result)."""
+    columns = list(zip(*(row.field_values for row in rows), strict=True))
+    stats = [(keys, _small_stats(list(columns[position]), integral)) for position, integral, keys in plan]
+    out: dict[str, Any] = {}
+    for index in range(4):
+        for keys, values in stats:
+            out[keys[index]] = values[index]
+    for keys, values in stats:
+        std = values[4]
+        out[keys[4]] = 0.0 if std is None else std
     return out
 
 
