@@ -81,6 +81,7 @@ def aggregate_flow(options: AggregateOptions, storage_options: dict[str, Any] | 
     finally:
         shutil.rmtree(spool_dir, ignore_errors=True)
     reduction = tasks.reduce_metrics(parts, options)
+    core.apply_server_metrics(reduction, options, shards)
     tasks.write_outputs(parts, reduction, options, _orchestrator(), started_at)
     core.report_run(reduction, options, outcome, lines.append)
     _publish(outcome)

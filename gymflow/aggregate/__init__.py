@@ -15,6 +15,7 @@ from gymflow.aggregate._run import (
     AggregateOptions,
     AggregateOutcome,
     ShardPart,
+    apply_server_metrics,
     banner_lines,
     finish_run,
     is_up_to_date,
@@ -28,6 +29,7 @@ from gymflow.aggregate._run import (
 )
 from gymflow.aggregate._scan import ShardScan, scan_shard
 from gymflow.aggregate._select import metrics_path, select_shards, split_patterns
+from gymflow.aggregate._server import ServerMetricsError, ServerSettings
 
 __all__ = [
     "COMMAND",
@@ -44,6 +46,9 @@ __all__ = [
     "ShardPart",
     "ShardScan",
     "assign_labels",
+    "ServerMetricsError",
+    "ServerSettings",
+    "apply_server_metrics",
     "banner_lines",
     "extract",
     "finish_run",

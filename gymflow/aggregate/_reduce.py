@@ -52,6 +52,7 @@ class Reduction:
     coverage: Coverage
     lines: list[str]
     warnings: list[str]
+    groups: dict[str, GroupRef] = field(default_factory=dict)
 
 
 def _duplicate_check(scans: Sequence[ShardScan]) -> None:
@@ -214,7 +215,7 @@ def reduce_shards(
     coverage = Coverage(
         expected=expected, scored=scored, dropped=dict(sorted(dropped.items())), imputed=imputed
     )
-    return Reduction(entries=entries, coverage=coverage, lines=lines, warnings=warnings)
+    return Reduction(entries=entries, coverage=coverage, lines=lines, warnings=warnings, groups=groups)
 
 
 def key_metrics_lines(entry: dict[str, Any]) -> list[str]:

@@ -24,8 +24,9 @@ import orjson
 from gymflow import provenance, storage
 from gymflow.aggregate._merge import write_merged
 from gymflow.aggregate._reduce import Coverage, ReduceSettings, Reduction, key_metrics_lines, reduce_shards
-from gymflow.aggregate._scan import ShardScan, scan_shard
+from gymflow.aggregate._scan import ShardScan, parse_line, resolve_group, scan_shard
 from gymflow.aggregate._select import metrics_path, select_shards
+from gymflow.aggregate._server import ServerSettings, server_entries
 from gymflow.aggregate._sidecars import ShardSidecars, read_sidecars
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "AggregateOptions",
     "AggregateOutcome",
     "ShardPart",
+    "apply_server_metrics",
     "banner_lines",
     "cache_key",
     "input_digests",
@@ -71,6 +73,10 @@ class AggregateOptions:
     health_check_workers: int | None = None
     health_check_ignored: tuple[str, ...] = ()
     use_cache: bool = True
+    server_metrics: bool = False
+    """Ask each group's resources server (``server_config``) instead of computing locally."""
+    server_config: Mapping[str, Any] = field(default_factory=dict)
+    server: ServerSettings = field(default_factory=ServerSettings)
     workers: int | None = None
     """Processes reading shards in the direct path (default min(CPUs, 8, shards)); no output effect."""
 
@@ -93,6 +99,7 @@ class AggregateOptions:
             if pass_majority is None
             else {"score_field": pass_majority.score_field, "answer_key": pass_majority.answer_key},
             "agent_environments": dict(sorted(self.agent_environments.items())),
+            "server_metrics": self.server_metrics,
         }
 
 
@@ -181,6 +188,24 @@ def input_digests(
     for number, path in enumerate(options.config_files):
         out.append((f"config:{number}", provenance.digest(path)))
     return out
+
+
+def apply_server_metrics(reduction: Reduction, options: AggregateOptions, shards: Sequence[str]) -> None:
+    """With ``server_metrics``, replace the local entries by the resources servers' answers."""
+    if not options.server_metrics:
+        return
+    sources = [options.output] if options.merge_shards else list(shards)
+    rows: dict[str, list[dict[str, Any]]] = {}
+    for source in sources:
+        line_number = 0
+        for _, line in storage.iter_lines(source):
+            line_number += 1
+            if line and not line.isspace():
+                row = parse_line(source, line_number, line)
+                rows.setdefault(resolve_group(row, options.agent_environments).key, []).append(row)
+    reduction.entries = server_entries(
+        reduction.entries, reduction.groups, rows, options.server_config, options.server
+    )
 
 
 def metrics_bytes(entries: Sequence[Mapping[str, Any]]) -> bytes:
@@ -345,6 +370,7 @@ def run_aggregate(
                     merged = pending.result()
     finally:
         shutil.rmtree(spool_dir, ignore_errors=True)
+    apply_server_metrics(reduction, options, shards)
     write_outputs(parts, reduction, options, orchestrator or {"kind": "direct"}, started_at, merged)
     report_run(reduction, options, outcome, echo)
     return outcome

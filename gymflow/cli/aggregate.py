@@ -80,7 +80,9 @@ def register(eval_commands: argparse._SubParsersAction) -> None:  # type: ignore
     parser.add_argument("--health-check-workers", metavar="N", help="health-check worker limit (>= 1)")
     parser.add_argument("--health-check-ignore", metavar="IDS", help="comma-separated check ids to skip")
     parser.add_argument(
-        "--server-metrics", action="store_true", help="ask each group's resources server (not implemented)"
+        "--server-metrics",
+        action="store_true",
+        help="ask each group's resources server (from --config) for its metrics",
     )
     parser.add_argument(
         "--workers",
@@ -181,8 +183,6 @@ def build_options(args: argparse.Namespace, extras: Sequence[str]) -> tuple[Any,
         raise UsageError(_configuration_error(exc)) from None
     if args.workers is not None and args.workers < 1:
         raise UsageError("argument --workers: must be at least 1")
-    if config.server_metrics:
-        raise UsageError("--server-metrics is not implemented yet; the local metrics equal the default set")
     pass_majority = config.pass_majority
     options = AggregateOptions(
         input_glob=args.input_glob,
@@ -202,6 +202,8 @@ def build_options(args: argparse.Namespace, extras: Sequence[str]) -> tuple[Any,
         health_check_ignored=config.health_check_ignored_checks,
         use_cache=not args.no_cache,
         workers=args.workers,
+        server_metrics=config.server_metrics,
+        server_config=merged if config.server_metrics else {},
     )
     return options, config
 

@@ -507,3 +507,33 @@ def test_t_quantiles() -> None:
     stats = pytest.importorskip("scipy.stats")
     for df in (5, 30, 999, 1000, 1001, 5000, 100000):
         assert math.isclose(t975(df), float(stats.t.ppf(0.975, df)), rel_tol=4e-15)
+
+
+def test_row_set_statistics_match_a_zero_filled_numpy_column() -> None:
+    """pandas reduces a column holding 0.0 for absent values: same sums, for small and large sets."""
+    np = pytest.importorskip("numpy")
+    import random
+
+    from gymflow.aggregate._stats import discover_fields, set_statistics
+
+    rng = random.Random(7)
+    for n in (1, 2, 5, 7, 8, 9, 40, 300):
+        rows = []
+        for i in range(n):
+            extra = {"x": rng.random() * 100} if rng.random() < 0.6 else {}
+            rows.append(row(i % 3, i, rng.random(), tokens=rng.randint(0, 999), **extra))
+        rows.sort(key=lambda r: (r["_ng_task_index"], r["_ng_rollout_index"]))
+        facts_ = facts(rows)
+        fields, integral = discover_fields(facts_)
+        stats = set_statistics(facts_, fields, integral)
+        for name in fields:
+            present = np.array([name in r for r in rows])
+            filled = np.array([float(r.get(name, 0.0)) for r in rows])
+            count = int(present.sum())
+            if not count:
+                continue
+            average = float(np.sum(filled)) / count
+            assert stats[f"mean/{name}"] == average
+            if count > 1:
+                squares = np.where(present, (average - filled) ** 2, 0.0)
+                assert stats[f"std/{name}"] == math.sqrt(float(np.sum(squares)) / (count - 1))

@@ -1,0 +1,197 @@
+"""``--server-metrics``: each group's metrics from its resources server (aggregate.md §0).
+
+Per group: route to a resources server with reverify.md §2.3 (environment-server block, agent
+block, or the only resources server), POST the group's stripped rows to ``/aggregate_metrics``
+and use the answer verbatim for the entry. Transport errors, 429 and 5xx are retried with
+exponential backoff and full jitter (reverify.md §4 point 1); a final failure is an error.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from gymflow.aggregate._scan import GroupRef
+from gymflow.errors import GymflowError
+
+__all__ = [
+    "ServerMetricsError",
+    "ServerSettings",
+    "post_metrics",
+    "resources_server_urls",
+    "route_group",
+    "server_entries",
+    "strip_row",
+]
+
+_DROPPED = ("responses_create_params", "ng_agent_observations", "ng_model_call_capture", "ng_trajectory")
+_RETRIED_STATUS = {429} | set(range(500, 600))
+
+
+class ServerMetricsError(GymflowError):
+    """A resources server could not produce a group's aggregate metrics."""
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    timeout_s: float = 300.0
+    max_attempts: int = 4
+    backoff_base_s: float = 1.0
+
+
+def strip_row(row: Mapping[str, Any]) -> dict[str, Any]:
+    """The row as sent to ``/aggregate_metrics``: heavy fields dropped, ``response`` reduced to
+    ``usage`` and ``incomplete_details`` when they are not null."""
+    out: dict[str, Any] = {}
+    for name, value in row.items():
+        if name in _DROPPED:
+            continue
+        if name == "response":
+            if isinstance(value, Mapping):
+                kept = {k: value[k] for k in ("usage", "incomplete_details") if value.get(k) is not None}
+                if kept:
+                    out[name] = kept
+            continue
+        out[name] = value
+    return out
+
+
+def resources_server_urls(config: Mapping[str, Any]) -> dict[str, str]:
+    """Resources-server block name -> base URL (``base_url``, else ``http://host:port``)."""
+    urls: dict[str, str] = {}
+    for block, body in config.items():
+        servers = body.get("resources_servers") if isinstance(body, Mapping) else None
+        if not isinstance(servers, Mapping):
+            continue
+        for impl in servers.values():
+            if not isinstance(impl, Mapping):
+                continue
+            if isinstance(impl.get("base_url"), str):
+                urls[block] = impl["base_url"].rstrip("/")
+            elif impl.get("host") is not None and impl.get("port") is not None:
+                urls[block] = f"http://{impl['host']}:{impl['port']}"
+            break
+    return urls
+
+
+def _named(ref: object) -> str | None:
+    name = ref.get("name") if isinstance(ref, Mapping) else None
+    return name if isinstance(name, str) and name else None
+
+
+def route_group(ref: GroupRef, config: Mapping[str, Any]) -> str:
+    """The resources server a group's rows route to (reverify.md §2.3, rules 2 to 5)."""
+    if ref.is_environment:
+        block = config.get(ref.key)
+        servers = block.get("environment_servers") if isinstance(block, Mapping) else None
+        if isinstance(servers, Mapping):
+            for impl in servers.values():
+                name = _named(impl.get("resources_server")) if isinstance(impl, Mapping) else None
+                if name:
+                    return name
+    agents: dict[str, str] = {}
+    for block, body in config.items():
+        impls = body.get("responses_api_agents") if isinstance(body, Mapping) else None
+        if isinstance(impls, Mapping) and impls:
+            first = next(iter(impls.values()))
+            name = _named(first.get("resources_server")) if isinstance(first, Mapping) else None
+            if name:
+                agents[block] = name
+    if ref.agent in agents:
+        return agents[ref.agent]
+    if not agents:
+        servers = sorted(resources_server_urls(config))
+        if len(servers) == 1:
+            return str(servers[0])
+        if not servers:
+            raise ServerMetricsError("aggregate metrics: no resources server found in the config.")
+        raise ServerMetricsError(
+            f"aggregate metrics: multiple resources servers {servers!r} and no agent blocks to route by. "
+            "Use a config with agent blocks."
+        )
+    raise ServerMetricsError(
+        f"aggregate metrics: cannot find a resources server for group {ref.key!r} "
+        f"(agent_ref.name={ref.agent!r}). Known agents: {sorted(agents)!r}."
+    )
+
+
+def _wait(attempt: int, response: httpx.Response | None, settings: ServerSettings) -> float:
+    if response is not None and response.status_code in (429, 503):
+        retry_after = response.headers.get("Retry-After", "")
+        if retry_after.strip().isdigit():
+            return min(float(retry_after), 60.0)
+    return random.uniform(0.0, min(30.0, settings.backoff_base_s * 2 ** (attempt - 1)))
+
+
+def post_metrics(
+    client: httpx.Client,
+    name: str,
+    url: str,
+    rows: Sequence[Mapping[str, Any]],
+    settings: ServerSettings,
+    sleep: Callable[[float], None] = time.sleep,
+) -> dict[str, Any]:
+    """POST one group's rows; retry transport errors, 429 and 5xx; return the JSON answer."""
+    detail = "no attempt made"
+    for attempt in range(1, settings.max_attempts + 1):
+        response: httpx.Response | None = None
+        try:
+            response = client.post(f"{url}/aggregate_metrics", json={"verify_responses": list(rows)})
+        except httpx.TimeoutException as exc:
+            detail = f"timed out after {settings.timeout_s} s ({type(exc).__name__})"
+        except httpx.TransportError as exc:
+            detail = f"{type(exc).__name__}: {exc}"
+        else:
+            if response.is_success:
+                try:
+                    answer = response.json()
+                except ValueError:
+                    answer = None
+                if isinstance(answer, dict):
+                    return answer
+                raise ServerMetricsError(
+                    f"aggregate metrics: resources server {name!r} failed: answer is not a JSON object"
+                )
+            detail = f"HTTP {response.status_code}: {response.text[:2000]}"
+            if response.status_code not in _RETRIED_STATUS:
+                break
+        if attempt < settings.max_attempts:
+            sleep(_wait(attempt, response, settings))
+    raise ServerMetricsError(f"aggregate metrics: resources server {name!r} failed: {detail}")
+
+
+def server_entries(
+    entries: Sequence[Mapping[str, Any]],
+    groups: Mapping[str, GroupRef],
+    rows_by_group: Mapping[str, Iterable[Mapping[str, Any]]],
+    config: Mapping[str, Any],
+    settings: ServerSettings,
+    transport: httpx.BaseTransport | None = None,
+) -> list[dict[str, Any]]:
+    """Replace each entry's blocks by its resources server's answer (labels and order kept)."""
+    urls = resources_server_urls(config)
+    out: list[dict[str, Any]] = []
+    with httpx.Client(timeout=httpx.Timeout(settings.timeout_s), transport=transport) as client:
+        for entry in entries:
+            # Environment-server groups carry their key; any other group is labelled by its key.
+            key = str(entry.get("_ng_environment_server") or entry["agent_ref"]["name"])
+            ref = groups[key]
+            name = route_group(ref, config)
+            if name not in urls:
+                raise ServerMetricsError(
+                    f"aggregate metrics: resources server {name!r} failed: no host/port in the config"
+                )
+            answer = post_metrics(
+                client, name, urls[name], [strip_row(r) for r in rows_by_group[key]], settings
+            )
+            new: dict[str, Any] = {"agent_ref": entry["agent_ref"]}
+            if "_ng_environment_server" in entry:
+                new["_ng_environment_server"] = entry["_ng_environment_server"]
+            new.update({k: v for k, v in answer.items() if not (k == "perf_summary" and v is None)})
+            out.append(new)
+    return out
