@@ -18,7 +18,8 @@ from functools import partial
 from gymflow import storage
 from gymflow.config import GymflowConfig
 from gymflow.errors import GymflowError, UsageError
-from gymflow.join.run import JoinResult, JoinSettings, resolve_settings, run_join
+from gymflow.join.direct import run_join
+from gymflow.join.run import JoinResult, JoinSettings, resolve_settings
 from gymflow.join.stats import summary_paragraph
 
 USAGE_EXIT = 2
@@ -65,12 +66,20 @@ def register(eval_commands: argparse._SubParsersAction) -> None:  # type: ignore
     parser.add_argument("--summary", default=None, metavar="PATH", help="also write the summary JSON to PATH")
     parser.add_argument("--json", action="store_true", help="print the summary as one JSON line")
     parser.add_argument(
-        "--workers", type=int, default=None, metavar="N", help="parallel tasks (Prefect path)"
+        "--workers",
+        type=int,
+        default=None,
+        metavar="N",
+        help="parallel processes or tasks (default: min(CPUs, 8))",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="show Prefect's and gymflow's logs")
     parser.add_argument("--direct", action="store_true", help="run in-process, without Prefect")
     parser.add_argument("--no-cache", action="store_true", help="rejoin even if the output is up to date")
     parser.set_defaults(handler=partial(run, parser))
+
+
+def _workers(requested: int | None) -> int:
+    return requested if requested is not None else min(os.cpu_count() or 1, 8)
 
 
 def _reject_extras(parser: argparse.ArgumentParser, extras: Sequence[str]) -> None:
@@ -109,7 +118,7 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace, extras: Seque
         parser.error(str(exc))
     try:
         if args.direct:
-            result = run_join(settings, use_cache=not args.no_cache)
+            result = run_join(settings, use_cache=not args.no_cache, workers=_workers(args.workers))
         else:
             result = _run_flow(config, settings, args.workers, not args.no_cache, args.verbose)
     except GymflowError as exc:
@@ -148,7 +157,7 @@ def _run_flow(
     from gymflow.flows._runtime import run_flow, task_runner
     from gymflow.flows.join import join_flow
 
-    limit = workers if workers is not None else min(os.cpu_count() or 1, 8)
+    limit = _workers(workers)
     result: JoinResult = run_flow(
         join_flow,
         task_runner(config.runner, limit),

@@ -83,14 +83,23 @@ def _loads(line: str) -> Any:
         return json.loads(line)
 
 
+# str.strip() removes these ASCII characters too (bytes.strip() only the first six).
+_ASCII_SPACE: Final = b" \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f"
+
+
 def parse_capture(data: bytes, *, payloads: bool = True) -> tuple[list[Obj], int]:
     """``(records, invalid line count)`` of one capture file's bytes; raises on bytes not UTF-8."""
-    text = data.decode("utf-8")
+    lines: list[Any]
+    if data.isascii():  # what 0.7.0's writer produces (json.dumps escapes non-ASCII): no decoding
+        if b"\r" in data:
+            data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        lines = [line.strip(_ASCII_SPACE) for line in data.split(b"\n")]
+    else:
+        lines = [line.strip() for line in _lines(data.decode("utf-8"))]
     records: list[Obj] = []
     invalid = 0
     position = 0
-    for raw in _lines(text):
-        line = raw.strip()
+    for line in lines:
         if not line:
             continue
         try:
@@ -116,6 +125,7 @@ class CaptureStore:
         self._local = storage.is_local(directory)
         self._names: frozenset[str] | None = None
         self._listed = False
+        self._base_uri: str | None = None
         self.missing = False
 
     def _url(self, name: str) -> str:
@@ -171,9 +181,18 @@ class CaptureStore:
         fs, path = storage.filesystem(self._url(name))
         return bytes(fs.cat_file(path))
 
+    def uri(self, name: str) -> str:
+        """The record URI of file ``name`` in this directory."""
+        if self._base_uri is None:
+            self._base_uri = storage.to_uri(self._path("x") if self._local else self._url("x"))[:-1]
+        return self._base_uri + name
+
+    def url(self, name: str) -> str:
+        """A URL (or local path) to read file ``name`` of this directory with :mod:`gymflow.storage`."""
+        return self._path(name) if self._local else self._url(name)
+
     def _record_read(self, name: str, data: bytes) -> None:
-        uri = storage.to_uri(self._path(name) if self._local else self._url(name))
-        self.files_read.append(FileRead(uri, hashlib.sha256(data).hexdigest(), len(data)))
+        self.files_read.append(FileRead(self.uri(name), hashlib.sha256(data).hexdigest(), len(data)))
 
     def read(self, rollout_id: str, *, payloads: bool = True) -> CaptureRead:
         """The calls captured for ``rollout_id`` (an id that passed the file-name rule)."""

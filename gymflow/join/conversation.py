@@ -25,6 +25,8 @@ _REASONING_KEYS: Final = ("id", "summary", "type", "encrypted_content", "content
 
 
 def _extras(item: Obj, out: Obj, known: tuple[str, ...]) -> Obj:
+    if len(item) <= len(out) and item.keys() <= out.keys():
+        return out
     for key, value in item.items():
         if key not in known:
             out[key] = value
@@ -32,14 +34,18 @@ def _extras(item: Obj, out: Obj, known: tuple[str, ...]) -> Obj:
 
 
 def _function_call(item: Obj, where: str) -> Obj:
+    get = item.get
+    arguments, call_id, name = get("arguments"), get("call_id"), get("name")
+    if type(arguments) is not str or type(call_id) is not str or type(name) is not str:
+        fail(where, "function_call needs string arguments, call_id and name")
     out = {
-        "arguments": req_str(item.get("arguments"), f"{where}.arguments"),
-        "call_id": req_str(item.get("call_id"), f"{where}.call_id"),
-        "name": req_str(item.get("name"), f"{where}.name"),
+        "arguments": arguments,
+        "call_id": call_id,
+        "name": name,
         "type": "function_call",
-        "id": opt_str(item.get("id"), f"{where}.id"),
-        "status": opt_literal(item.get("status"), _ITEM_STATUS, f"{where}.status"),
-        "namespace": opt_str(item.get("namespace"), f"{where}.namespace"),
+        "id": opt_str(get("id"), "id"),
+        "status": opt_literal(get("status"), _ITEM_STATUS, "status"),
+        "namespace": opt_str(get("namespace"), "namespace"),
     }
     return _extras(item, out, _FUNCTION_CALL_KEYS)
 
@@ -47,13 +53,13 @@ def _function_call(item: Obj, where: str) -> Obj:
 def _function_call_output(item: Obj, where: str) -> Obj:
     output = item.get("output")
     if not isinstance(output, str | list):
-        fail(f"{where}.output", "a string or a list is required")
+        fail("output", "a string or a list is required")
     out = {
-        "call_id": req_str(item.get("call_id"), f"{where}.call_id"),
+        "call_id": req_str(item.get("call_id"), "call_id"),
         "output": output,
         "type": "function_call_output",
-        "id": opt_str(item.get("id"), f"{where}.id"),
-        "status": opt_literal(item.get("status"), _ITEM_STATUS, f"{where}.status"),
+        "id": opt_str(item.get("id"), "id"),
+        "status": opt_literal(item.get("status"), _ITEM_STATUS, "status"),
     }
     return _extras(item, out, _OUTPUT_KEYS)
 
@@ -61,12 +67,12 @@ def _function_call_output(item: Obj, where: str) -> Obj:
 def _reasoning(item: Obj, where: str) -> Obj:
     summary = item.get("summary")
     if not isinstance(summary, list):
-        fail(f"{where}.summary", "a list is required")
+        fail("summary", "a list is required")
     out = {
-        "id": req_str(item.get("id"), f"{where}.id"),
+        "id": req_str(item.get("id"), "id"),
         "summary": summary,
         "type": "reasoning",
-        "encrypted_content": opt_str(item.get("encrypted_content"), f"{where}.encrypted_content"),
+        "encrypted_content": opt_str(item.get("encrypted_content"), "encrypted_content"),
         "content": item.get("content"),
     }
     return _extras(item, out, _REASONING_KEYS)
@@ -81,10 +87,10 @@ def _output_part(part: Any) -> Any:
 def _message(item: Obj, where: str) -> Obj:
     role = item.get("role")
     if not (isinstance(role, str) and role in _ROLES):
-        fail(f"{where}.role", f"must be one of {sorted(_ROLES)}")
+        fail("role", f"must be one of {sorted(_ROLES)}")
     content = item.get("content")
     if not isinstance(content, str | list):
-        fail(f"{where}.content", "a string or a list is required")
+        fail("content", "a string or a list is required")
     status = item.get("status")
     if role != "assistant" and isinstance(content, list) and status in _ITEM_STATUS:
         out: Obj = {"content": content, "role": role, "status": status, "type": "message"}
@@ -101,7 +107,7 @@ def _message(item: Obj, where: str) -> Obj:
             "id": item_id,
             "content": [_output_part(part) for part in content],
             "role": role,
-            "status": opt_literal(status, _ITEM_STATUS, f"{where}.status") or "completed",
+            "status": opt_literal(status, _ITEM_STATUS, "status") or "completed",
             "type": "message",
             "phase": item.get("phase"),
         }

@@ -65,6 +65,55 @@ def _capture_call(call: Obj) -> Obj:
     }
 
 
+def _record_call(record: Obj) -> Obj:
+    """The trajectory call of a ``ModelCallRecord`` this join built (its types are already checked).
+
+    Only the two constraints the record does not carry are checked: latencies are >= 0.
+    """
+    latency = record["latency_total_ms"]
+    ttft = record["latency_ttft_ms"]
+    if latency is not None and not latency >= 0:
+        raise schema.ValidationError(f"duration_ms must be >= 0: {latency!r}")
+    if ttft is not None and not ttft >= 0:
+        raise schema.ValidationError(f"latency_ttft_ms must be >= 0: {ttft!r}")
+    request = record.get("request")
+    if request is None:
+        request = record.get("request_raw")
+    response = record.get("response")
+    if response is None:
+        response = record.get("response_raw")
+    return {
+        "model_call_id": record["model_call_id"],
+        "started_at": record["started_at"],
+        "completed_at": record["completed_at"],
+        "duration_ms": latency,
+        "request": request,
+        "response": response,
+        "response_metadata": {
+            "response_id": record["response_id"],
+            "model_ref": record["model_ref"],
+            "model": record["model"],
+            "dialect": record["dialect"],
+            "status_code": record["status_code"],
+            "response_status": record["response_status"],
+            "finish_reason": record["finish_reason"],
+            "upstream_attempted": record["upstream_attempted"],
+            "response_source": record["response_source"],
+            "upstream_status_code": record["upstream_status_code"],
+            "local_response_reason": record["local_response_reason"],
+            "error_category": record["error_category"],
+            "latency_ttft_ms": ttft,
+        },
+        "token_stats": {
+            "prompt_tokens": record["tokens_in"],
+            "completion_tokens": record["tokens_out"],
+            "reasoning_tokens": record["tokens_reasoning"],
+            "total_tokens": record["tokens_total"],
+            "cached_tokens": record["cached_tokens"],
+        },
+    }
+
+
 def _merge_tools(tool_calls: list[Obj], bundle: Obj) -> list[Obj]:
     observed = [r for r in bundle["records"] if r["kind"] == "tool_call"]
     if not observed:
@@ -83,16 +132,22 @@ def _merge_tools(tool_calls: list[Obj], bundle: Obj) -> list[Obj]:
     for tool in observed:
         key = (tool["invocation_id"], tool["tool_call_id"])
         position = positions.get(key)
-        merged: Obj = dict(tools[position]) if position is not None else {}
-        for name, value in tool.items():
-            if value is None:
-                continue
-            if name == "status" and value == "unknown" and merged.get("status", "unknown") != "unknown":
-                continue
-            merged[name] = value
-        if key in outputs:
-            merged["output"] = outputs[key]
-        merged = schema.tool_call(merged, "tool_calls[]", with_output=True)
+        if position is None:
+            # Overlaying a full observation dump on {} gives the dump itself (its nulls are defaults).
+            merged: Obj = {**tool, "output": outputs.get(key)}
+        else:
+            merged = dict(tools[position])
+            for name, value in tool.items():
+                if value is None:
+                    continue
+                if name == "status" and value == "unknown" and merged["status"] != "unknown":
+                    continue
+                merged[name] = value
+            if key in outputs:
+                merged["output"] = outputs[key]
+            started, completed = merged["started_at"], merged["completed_at"]
+            if started is not None and completed is not None and completed < started:
+                raise schema.ValidationError("tool call completed_at precedes started_at")
         if position is None:
             positions[key] = len(tools)
             tools.append(merged)
@@ -181,17 +236,20 @@ def derive_turns(
             ],
         }
         steps[owner] = steps.get(owner, 0) + tools
-        turns.append(schema.turn(turn))
+        if not call["model_call_id"] and not (metadata["model_ref"] is not None and metadata["response_id"]):
+            raise schema.ValidationError("a derived turn's model-call reference identifies no call")
+        turns.append(turn)
     if turns and isinstance(resolved, bool):
         turns[-1]["resolved"] = resolved
     return turns
 
 
-def project(row: Obj, bundle: Obj | None = None) -> Obj:
+def project(row: Obj, bundle: Obj | None = None, *, owned_calls: bool = False) -> Obj:
     """The ``ng_trajectory`` dump of ``row``; raises when the evidence cannot be normalized.
 
     ``bundle`` is the row's observation bundle when the caller has just validated it (the merge
-    did), to save validating it twice.
+    did), to save validating it twice; ``owned_calls`` says the capture calls are records the
+    merge just built (typed already), not values read from the row.
     """
     task_id, rollout_id = projection_identity(row)
     gaps: list[Obj] = []
@@ -249,8 +307,12 @@ def project(row: Obj, bundle: Obj | None = None) -> Obj:
         for call in calls if isinstance(calls, list) else ():
             if not isinstance(call, dict):
                 continue
+            call_id = call.get("model_call_id")
+            position = producer_ids.get(call_id) if call_id is not None else None
+            if owned_calls and (position is None or position in merged):
+                model_calls.append(_record_call(call))
+                continue
             new = _capture_call(call)
-            position = producer_ids.get(new["model_call_id"]) if new["model_call_id"] is not None else None
             if position is not None and position not in merged:
                 merged.add(position)
                 target = dict(model_calls[position])

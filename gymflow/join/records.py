@@ -8,12 +8,12 @@ the line raises :class:`~gymflow.join._lax.ValidationError`: the line is invalid
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any, Final, NoReturn
 
 import orjson
 
-from gymflow.join._lax import lax_bool, lax_float, lax_int, opt_literal, opt_str
-from gymflow.join.schema import server_ref
+from gymflow.join._lax import fail, lax_bool, lax_float, lax_int, opt_literal, opt_str
+from gymflow.join.schema import POLICY_TYPE, server_ref
 
 __all__ = ["PAYLOAD_KEYS", "build_record", "parse_arguments", "usage_counts"]
 
@@ -21,6 +21,7 @@ Obj = dict[str, Any]
 
 PAYLOAD_KEYS: Final = ("request", "response", "request_raw", "response_raw")
 _SOURCE: Final = frozenset({"upstream", "local"})
+_EMPTY: Final[Obj] = {}
 
 
 def _count(value: Any) -> int | None:
@@ -41,37 +42,44 @@ def _sub(usage: Obj, key: str) -> Obj:
     return value if isinstance(value, dict) else {}
 
 
+_NO_USAGE: Final = (None, None, None, None, None, None, None)
+
+
 def usage_counts(usage: Any) -> tuple[Any, ...]:
     """``(tokens_in, tokens_out, tokens_reasoning, tokens_total, cache_hit, cached, cache_creation)``."""
-    if not isinstance(usage, dict):
-        return (None,) * 7
+    if type(usage) is not dict:
+        return _NO_USAGE
     get = usage.get
-    tokens_in = _first(get("input_tokens"), get("prompt_tokens"))
-    tokens_out = _first(get("output_tokens"), get("completion_tokens"))
+    v = get("input_tokens")
+    tokens_in = v if type(v) is int and v >= 0 else _count(get("prompt_tokens"))
+    v = get("output_tokens")
+    tokens_out = v if type(v) is int and v >= 0 else _count(get("completion_tokens"))
     read = _count(get("cache_read_input_tokens"))
     creation = _count(get("cache_creation_input_tokens"))
     if (read is not None or creation is not None) and (
         tokens_in is not None or (read or 0) + (creation or 0) > 0
     ):
         tokens_in = (tokens_in or 0) + (read or 0) + (creation or 0)
-    tokens_total = _count(get("total_tokens"))
+    v = get("total_tokens")
+    tokens_total = v if type(v) is int and v >= 0 else None
     if tokens_total is None and tokens_in is not None and tokens_out is not None:
         tokens_total = tokens_in + tokens_out
-    reasoning = _first(
-        _sub(usage, "output_tokens_details").get("reasoning_tokens"),
-        _sub(usage, "completion_tokens_details").get("reasoning_tokens"),
-        get("reasoning_output_tokens"),
-    )
-    prompt_details = _sub(usage, "prompt_tokens_details")
-    input_details = _sub(usage, "input_tokens_details")
-    cached = _first(
-        prompt_details.get("cached_tokens"),
-        prompt_details.get("cached_input_tokens"),
-        input_details.get("cached_tokens"),
-        input_details.get("cached_input_tokens"),
-        get("cache_read_input_tokens"),
-        get("cached_input_tokens"),
-    )
+    output_details = get("output_tokens_details")
+    v = output_details.get("reasoning_tokens") if type(output_details) is dict else None
+    reasoning = v if type(v) is int and v >= 0 else None
+    if reasoning is None:
+        reasoning = _first(
+            _sub(usage, "completion_tokens_details").get("reasoning_tokens"), get("reasoning_output_tokens")
+        )
+    prompt_details = get("prompt_tokens_details")
+    input_details = get("input_tokens_details")
+    cached = None
+    if type(prompt_details) is dict:
+        cached = _first(prompt_details.get("cached_tokens"), prompt_details.get("cached_input_tokens"))
+    if cached is None and type(input_details) is dict:
+        cached = _first(input_details.get("cached_tokens"), input_details.get("cached_input_tokens"))
+    if cached is None:
+        cached = _first(get("cache_read_input_tokens"), get("cached_input_tokens"))
     cache_hit = None if cached is None else cached > 0
     return tokens_in, tokens_out, reasoning, tokens_total, cache_hit, cached, creation
 
@@ -168,60 +176,107 @@ def _finish_reason(response: Obj) -> str | None:
     return None
 
 
+def _bad(name: str, value: Any) -> NoReturn:
+    fail(name, f"wrong type: {value!r}")
+
+
 def build_record(line: Obj, position: int, *, payloads: bool = True) -> Obj:
     """The ``ModelCallRecord`` of a parsed capture line at non-blank position ``position``.
 
     With ``payloads=False`` the four payload keys are left out (the ``multimodal_history_redacted`` rule).
+    Values of the exact JSON type take a fast path; anything else goes through pydantic's lax rules.
     """
     get = line.get
     raw_response = get("response")
     raw_request = get("request")
-    response: Obj = raw_response if isinstance(raw_response, dict) else {}
-    request: Obj = raw_request if isinstance(raw_request, dict) else {}
+    response: Obj = raw_response if type(raw_response) is dict else _EMPTY
+    request: Obj = raw_request if type(raw_request) is dict else _EMPTY
     tokens_in, tokens_out, reasoning_tokens, tokens_total, cache_hit, cached, creation = usage_counts(
         response.get("usage")
     )
-    tools, reasoning_text = _tools_and_reasoning(response)
+    tools, reasoning_text = _tools_and_reasoning(response) if response else ([], None)
+    call_id = get("model_call_id")
+    if call_id is not None and type(call_id) is not str:
+        _bad("model_call_id", call_id)
     ref = get("model_ref")
+    if ref is not None:
+        if not (
+            type(ref) is dict
+            and len(ref) == 2
+            and ref.get("type") == POLICY_TYPE
+            and type(ref.get("name")) is str
+        ):
+            ref = server_ref(ref)
+    dialect = get("dialect")
+    if dialect is not None and type(dialect) is not str:
+        _bad("dialect", dialect)
+    status_code = get("status_code")
+    if status_code is not None and type(status_code) is not int:
+        status_code = lax_int(status_code, "status_code")
+    started = get("started_at")
+    if started is not None and type(started) is not float:
+        started = lax_float(started, "started_at")
+    completed = get("completed_at")
+    if completed is not None and type(completed) is not float:
+        completed = lax_float(completed, "completed_at")
+    latency = get("latency_ms")
+    if latency is not None and type(latency) is not float:
+        latency = lax_float(latency, "latency_ms")
+    ttft = get("latency_ttft_ms")
+    if ttft is not None and type(ttft) is not float:
+        ttft = lax_float(ttft, "latency_ttft_ms")
+    category = get("error_category")
+    if category is not None and type(category) is not str:
+        _bad("error_category", category)
     response_id = response.get("id")
     session = get("client_session_id")
     model = response.get("model") or request.get("model")
     status = response.get("status")
     record: Obj = {
-        "model_call_id": opt_str(get("model_call_id"), "model_call_id"),
-        "response_id": response_id if isinstance(response_id, str) else None,
-        "client_session_id": session if isinstance(session, str) else None,
+        "model_call_id": call_id,
+        "response_id": response_id if type(response_id) is str else None,
+        "client_session_id": session if type(session) is str else None,
         "call_index": position,
-        "model_ref": None if ref is None else server_ref(ref),
-        "model": model if isinstance(model, str) else None,
-        "dialect": opt_str(get("dialect"), "dialect"),
-        "status_code": lax_int(get("status_code"), "status_code"),
-        "response_status": status if isinstance(status, str) else None,
-        "finish_reason": _finish_reason(response),
-        "upstream_attempted": lax_bool(get("upstream_attempted"), "upstream_attempted"),
-        "response_source": opt_literal(get("response_source"), _SOURCE, "response_source"),
-        "upstream_status_code": lax_int(get("upstream_status_code"), "upstream_status_code"),
-        "local_response_reason": opt_str(get("local_response_reason"), "local_response_reason"),
-        "started_at": lax_float(get("started_at"), "started_at"),
-        "completed_at": lax_float(get("completed_at"), "completed_at"),
+        "model_ref": ref,
+        "model": model if type(model) is str else None,
+        "dialect": dialect,
+        "status_code": status_code,
+        "response_status": status if type(status) is str else None,
+        "finish_reason": _finish_reason(response) if response else None,
+        "upstream_attempted": None,
+        "response_source": None,
+        "upstream_status_code": None,
+        "local_response_reason": None,
+        "started_at": started,
+        "completed_at": completed,
         "tokens_in": tokens_in,
         "tokens_out": tokens_out,
         "tokens_reasoning": reasoning_tokens,
         "tokens_total": tokens_total,
     }
+    if (
+        "upstream_attempted" in line
+        or "response_source" in line
+        or "upstream_status_code" in line
+        or ("local_response_reason" in line)
+    ):
+        record["upstream_attempted"] = lax_bool(get("upstream_attempted"), "upstream_attempted")
+        record["response_source"] = opt_literal(get("response_source"), _SOURCE, "response_source")
+        record["upstream_status_code"] = lax_int(get("upstream_status_code"), "upstream_status_code")
+        record["local_response_reason"] = opt_str(get("local_response_reason"), "local_response_reason")
     if payloads:
         request_raw = get("request_raw")
         response_raw = get("response_raw")
-        record["request"] = raw_request if isinstance(raw_request, dict) else None
-        record["response"] = raw_response if isinstance(raw_response, dict) else None
-        record["request_raw"] = request_raw if isinstance(request_raw, str) else None
-        record["response_raw"] = response_raw if isinstance(response_raw, str) else None
+        record["request"] = raw_request if type(raw_request) is dict else None
+        record["response"] = raw_response if type(raw_response) is dict else None
+        record["request_raw"] = request_raw if type(request_raw) is str else None
+        record["response_raw"] = response_raw if type(response_raw) is str else None
     record["tool_calls"] = tools
     record["reasoning_content"] = reasoning_text
     record["cache_hit"] = cache_hit
     record["cached_tokens"] = cached
     record["cache_creation_tokens"] = creation
-    record["error_category"] = opt_str(get("error_category"), "error_category")
-    record["latency_total_ms"] = lax_float(get("latency_ms"), "latency_ms")
-    record["latency_ttft_ms"] = lax_float(get("latency_ttft_ms"), "latency_ttft_ms")
+    record["error_category"] = category
+    record["latency_total_ms"] = latency
+    record["latency_ttft_ms"] = ttft
     return record

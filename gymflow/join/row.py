@@ -119,7 +119,7 @@ def join_row_outcome(row: Obj, capture: CaptureSource | None, *, perf: bool = Tr
             bundle if isinstance(bundle, dict) and bundle is not row.get("ng_agent_observations") else None
         )
         try:
-            trajectory = project(out, joined_bundle)
+            trajectory = project(out, joined_bundle, owned_calls=merged)
         except Exception as exc:  # noqa: BLE001 - any failure is recorded as a gap, never raised
             failed = True
             _record_failure(out, exc)

@@ -15,7 +15,6 @@ import os
 import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import PurePath
 from typing import Any, Final
 
@@ -41,7 +40,6 @@ __all__ = [
     "plan_ranges",
     "remove_parts",
     "resolve_settings",
-    "run_join",
 ]
 
 logger = logging.getLogger(__name__)
@@ -257,13 +255,13 @@ def concatenate_parts(settings: JoinSettings, parts: list[str]) -> provenance.Fi
     return provenance.FileDigest(storage.to_uri(settings.output), digest.hexdigest(), count)
 
 
-def capture_listing(settings: JoinSettings) -> list[str]:
-    """URLs of every capture file and marker in the capture directory (sorted)."""
+def capture_listing(settings: JoinSettings) -> list[tuple[str, str]]:
+    """``(record URI, readable URL)`` of every capture file and marker in the directory, sorted."""
     if settings.capture_dir is None:
         return []
     store = CaptureStore(settings.capture_dir)
     names = store.list_names() or frozenset()
-    return [storage.join(settings.capture_dir, name) for name in sorted(names)]
+    return [(store.uri(name), store.url(name)) for name in sorted(names)]
 
 
 def _capture_role(uri: str) -> str:
@@ -280,7 +278,7 @@ def cache_key(settings: JoinSettings, rollouts_sha: str, capture: Iterable[prove
 def current_key(settings: JoinSettings) -> str:
     """Hash the inputs as they are now and return their cache key (for the up-to-date check)."""
     rollouts_sha, _ = storage.sha256(settings.rollouts)
-    return cache_key(settings, rollouts_sha, [provenance.digest(url) for url in capture_listing(settings)])
+    return cache_key(settings, rollouts_sha, [provenance.digest(url) for _, url in capture_listing(settings)])
 
 
 def finish(
@@ -298,8 +296,7 @@ def finish(
     """
     read = {d.uri: provenance.FileDigest(d.uri, d.sha256, d.bytes) for d in stats.files_read}
     everything = dict(read)
-    for url in capture_listing(settings):
-        uri = storage.to_uri(url)
+    for uri, url in capture_listing(settings):
         if uri not in everything:
             everything[uri] = provenance.digest(url)
     key = cache_key(settings, rollouts.sha256, everything.values())
@@ -316,55 +313,3 @@ def finish(
     url = provenance.record_path(settings.output)
     provenance.write_record(url, record)
     return url
-
-
-def run_join(settings: JoinSettings, *, use_cache: bool = True) -> JoinResult:
-    """Join the whole rollouts file in this process and write output and provenance."""
-    started_at = provenance.timestamp(datetime.now(UTC))
-    record_url = provenance.record_path(settings.output)
-    if not storage.isfile(settings.rollouts):
-        raise InputError(f"{settings.rollouts}: rollouts file not found")
-    if use_cache and storage.exists(record_url) and provenance.up_to_date(record_url, current_key(settings)):
-        record = provenance.read_record(record_url) or {}
-        return JoinResult(settings, {"cache_key": record.get("cache_key")}, record_url, up_to_date=True)
-    warnings = missing_capture_warning(settings)
-    store = _store(settings)
-    stats = JoinStats()
-    rollouts_hash = hashlib.sha256()
-    rollouts_bytes = 0
-    out_hash = hashlib.sha256()
-    out_bytes = 0
-
-    def hashed_lines() -> Iterator[tuple[int, bytes]]:
-        nonlocal rollouts_bytes
-        for offset, line in storage.iter_lines(settings.rollouts):
-            rollouts_hash.update(line)
-            rollouts_bytes += len(line)
-            yield offset, line
-
-    def output_lines() -> Iterator[bytes]:
-        nonlocal out_bytes
-        batch: list[bytes] = []
-        size = 0
-        for line in join_lines(hashed_lines(), store, stats, perf=settings.perf, source=settings.rollouts):
-            batch.append(line)
-            size += len(line)
-            if size >= 2**20:
-                chunk = b"".join(batch)
-                out_hash.update(chunk)
-                out_bytes += len(chunk)
-                yield chunk
-                batch, size = [], 0
-        if batch:
-            chunk = b"".join(batch)
-            out_hash.update(chunk)
-            out_bytes += len(chunk)
-            yield chunk
-
-    storage.write_atomic_lines(settings.output, output_lines())
-    rollouts = provenance.FileDigest(
-        storage.to_uri(settings.rollouts), rollouts_hash.hexdigest(), rollouts_bytes
-    )
-    output = provenance.FileDigest(storage.to_uri(settings.output), out_hash.hexdigest(), out_bytes)
-    record_url = finish(settings, stats, rollouts, output, {"kind": "direct"}, started_at)
-    return JoinResult(settings, stats.summary(), record_url, warnings, list(stats.errors))

@@ -87,7 +87,7 @@ def server_ref(value: Any, where: str = "model_ref") -> Obj:
     kind = value.get("type", _MISSING)
     if kind != POLICY_TYPE or not isinstance(kind, str):
         fail(where, f"type must be {POLICY_TYPE!r}")
-    return {"type": kind, "name": req_str(value.get("name"), f"{where}.name")}
+    return {"type": kind, "name": req_str(value.get("name"), "name")}
 
 
 def _opt_server_ref(value: Any, where: str) -> Obj | None:
@@ -100,9 +100,9 @@ _REF_KEYS: Final = frozenset({"model_call_id", "model_ref", "response_id"})
 def call_ref(value: Any, where: str = "model_calls[]") -> Obj:
     """``ModelCallRef``: valid iff ``model_call_id`` is truthy, or ``model_ref`` and ``response_id`` are."""
     _keys(value, _REF_KEYS, where)
-    call_id = opt_str(value.get("model_call_id"), f"{where}.model_call_id")
-    ref = _opt_server_ref(value.get("model_ref"), f"{where}.model_ref")
-    response_id = opt_str(value.get("response_id"), f"{where}.response_id")
+    call_id = opt_str(value.get("model_call_id"), "model_call_id")
+    ref = _opt_server_ref(value.get("model_ref"), "model_ref")
+    response_id = opt_str(value.get("response_id"), "response_id")
     if not call_id and not (ref is not None and response_id):
         fail(where, "needs model_call_id, or model_ref and response_id")
     return {"model_call_id": call_id, "model_ref": ref, "response_id": response_id}
@@ -123,9 +123,9 @@ def gap(value: Any, where: str = "gaps[]") -> Obj:
     """``ObservationGap``."""
     _keys(value, _GAP_KEYS, where)
     return {
-        "code": req_str(value.get("code"), f"{where}.code"),
-        "invocation_id": opt_str(value.get("invocation_id"), f"{where}.invocation_id"),
-        "detail": opt_str(value.get("detail"), f"{where}.detail"),
+        "code": req_str(value.get("code"), "code"),
+        "invocation_id": opt_str(value.get("invocation_id"), "invocation_id"),
+        "detail": opt_str(value.get("detail"), "detail"),
     }
 
 
@@ -150,21 +150,16 @@ def invocation(value: Any, where: str = "invocation") -> Obj:
     get = value.get
     conversation = get("conversation", [])
     return {
-        "kind": _literal_default(
-            get("kind", _MISSING), _KIND_INVOCATION, "agent_invocation", f"{where}.kind"
-        ),
-        "invocation_id": req_str(get("invocation_id"), f"{where}.invocation_id"),
-        "parent_invocation_id": opt_str(get("parent_invocation_id"), f"{where}.parent_invocation_id"),
-        "spawned_by_tool_call_id": opt_str(
-            get("spawned_by_tool_call_id"), f"{where}.spawned_by_tool_call_id"
-        ),
-        "status": _literal_default(get("status", _MISSING), _INVOCATION_STATUS, "unknown", f"{where}.status"),
-        "duration_ms": nonneg_float(get("duration_ms"), f"{where}.duration_ms"),
-        "error_type": opt_str(get("error_type"), f"{where}.error_type"),
-        "model_calls": _refs(get("model_calls", []), f"{where}.model_calls[]"),
+        "kind": _literal_default(get("kind", _MISSING), _KIND_INVOCATION, "agent_invocation", "kind"),
+        "invocation_id": req_str(get("invocation_id"), "invocation_id"),
+        "parent_invocation_id": opt_str(get("parent_invocation_id"), "parent_invocation_id"),
+        "spawned_by_tool_call_id": opt_str(get("spawned_by_tool_call_id"), "spawned_by_tool_call_id"),
+        "status": _literal_default(get("status", _MISSING), _INVOCATION_STATUS, "unknown", "status"),
+        "duration_ms": nonneg_float(get("duration_ms"), "duration_ms"),
+        "error_type": opt_str(get("error_type"), "error_type"),
+        "model_calls": _refs(get("model_calls", []), "model_calls[]"),
         "conversation": [
-            conversation_item(item, f"{where}.conversation[]")
-            for item in _list(conversation, f"{where}.conversation")
+            conversation_item(item, "conversation[]") for item in _list(conversation, "conversation")
         ],
     }
 
@@ -193,22 +188,22 @@ def tool_call(value: Any, where: str = "tool_call", *, with_output: bool = False
     """``ToolCallObservation``, or ``TrajectoryToolCall`` (the same plus ``output``) when ``with_output``."""
     _keys(value, _TRAJECTORY_TOOL_KEYS if with_output else _TOOL_KEYS, where)
     get = value.get
-    started = lax_float(get("started_at"), f"{where}.started_at")
-    completed = lax_float(get("completed_at"), f"{where}.completed_at")
+    started = lax_float(get("started_at"), "started_at")
+    completed = lax_float(get("completed_at"), "completed_at")
     if started is not None and completed is not None and completed < started:
         fail(where, "completed_at precedes started_at")
     out: Obj = {
-        "kind": _literal_default(get("kind", _MISSING), _KIND_TOOL, "tool_call", f"{where}.kind"),
-        "invocation_id": req_str(get("invocation_id"), f"{where}.invocation_id"),
-        "tool_call_id": req_str(get("tool_call_id"), f"{where}.tool_call_id"),
-        "sandbox_id": opt_str(get("sandbox_id"), f"{where}.sandbox_id"),
-        "tool_name": opt_str(get("tool_name"), f"{where}.tool_name"),
+        "kind": _literal_default(get("kind", _MISSING), _KIND_TOOL, "tool_call", "kind"),
+        "invocation_id": req_str(get("invocation_id"), "invocation_id"),
+        "tool_call_id": req_str(get("tool_call_id"), "tool_call_id"),
+        "sandbox_id": opt_str(get("sandbox_id"), "sandbox_id"),
+        "tool_name": opt_str(get("tool_name"), "tool_name"),
         "started_at": started,
         "completed_at": completed,
-        "duration_ms": nonneg_float(get("duration_ms"), f"{where}.duration_ms"),
-        "timing_source": opt_literal(get("timing_source"), _TIMING, f"{where}.timing_source"),
-        "status": _literal_default(get("status", _MISSING), _TOOL_STATUS, "unknown", f"{where}.status"),
-        "error_type": opt_str(get("error_type"), f"{where}.error_type"),
+        "duration_ms": nonneg_float(get("duration_ms"), "duration_ms"),
+        "timing_source": opt_literal(get("timing_source"), _TIMING, "timing_source"),
+        "status": _literal_default(get("status", _MISSING), _TOOL_STATUS, "unknown", "status"),
+        "error_type": opt_str(get("error_type"), "error_type"),
     }
     if with_output:
         out["output"] = get("output")
@@ -239,19 +234,17 @@ def compaction(value: Any, where: str = "context_compaction") -> Obj:
     get = value.get
     return {
         "kind": "context_compaction",
-        "invocation_id": req_str(get("invocation_id"), f"{where}.invocation_id"),
-        "observed_at": lax_float(get("observed_at"), f"{where}.observed_at"),
-        "trigger": opt_str(get("trigger"), f"{where}.trigger"),
-        "tokens_before": nonneg_int(get("tokens_before"), f"{where}.tokens_before"),
-        "tokens_after": nonneg_int(get("tokens_after"), f"{where}.tokens_after"),
-        "outcome": _literal_default(
-            get("outcome", _MISSING), _COMPACTION_OUTCOME, "unknown", f"{where}.outcome"
-        ),
-        "summary": opt_str(get("summary"), f"{where}.summary"),
-        "first_kept_item_id": opt_str(get("first_kept_item_id"), f"{where}.first_kept_item_id"),
-        "before_model_call": opt_call_ref(get("before_model_call"), f"{where}.before_model_call"),
-        "model_calls": _refs(get("model_calls", []), f"{where}.model_calls[]"),
-        "after_model_call": opt_call_ref(get("after_model_call"), f"{where}.after_model_call"),
+        "invocation_id": req_str(get("invocation_id"), "invocation_id"),
+        "observed_at": lax_float(get("observed_at"), "observed_at"),
+        "trigger": opt_str(get("trigger"), "trigger"),
+        "tokens_before": nonneg_int(get("tokens_before"), "tokens_before"),
+        "tokens_after": nonneg_int(get("tokens_after"), "tokens_after"),
+        "outcome": _literal_default(get("outcome", _MISSING), _COMPACTION_OUTCOME, "unknown", "outcome"),
+        "summary": opt_str(get("summary"), "summary"),
+        "first_kept_item_id": opt_str(get("first_kept_item_id"), "first_kept_item_id"),
+        "before_model_call": opt_call_ref(get("before_model_call"), "before_model_call"),
+        "model_calls": _refs(get("model_calls", []), "model_calls[]"),
+        "after_model_call": opt_call_ref(get("after_model_call"), "after_model_call"),
     }
 
 
@@ -278,21 +271,19 @@ def sandbox(value: Any, where: str = "sandbox") -> Obj:
     get = value.get
     role = get("role", _MISSING)
     if not (isinstance(role, str) and role in _SANDBOX_ROLE):
-        fail(f"{where}.role", f"must be one of {sorted(_SANDBOX_ROLE)}")
+        fail("role", f"must be one of {sorted(_SANDBOX_ROLE)}")
     return {
         "kind": "sandbox",
         "role": role,
-        "provider": opt_str(get("provider"), f"{where}.provider"),
-        "sandbox_id": opt_str(get("sandbox_id"), f"{where}.sandbox_id"),
-        "outcome": _literal_default(
-            get("outcome", _MISSING), _SANDBOX_OUTCOME, "unknown", f"{where}.outcome"
-        ),
-        "exit_code": lax_int(get("exit_code"), f"{where}.exit_code"),
-        "wall_time_s": nonneg_float(get("wall_time_s"), f"{where}.wall_time_s"),
-        "cpu_time_s": nonneg_float(get("cpu_time_s"), f"{where}.cpu_time_s"),
-        "peak_memory_mib": nonneg_float(get("peak_memory_mib"), f"{where}.peak_memory_mib"),
-        "resource_usage_source": opt_str(get("resource_usage_source"), f"{where}.resource_usage_source"),
-        "error_type": opt_str(get("error_type"), f"{where}.error_type"),
+        "provider": opt_str(get("provider"), "provider"),
+        "sandbox_id": opt_str(get("sandbox_id"), "sandbox_id"),
+        "outcome": _literal_default(get("outcome", _MISSING), _SANDBOX_OUTCOME, "unknown", "outcome"),
+        "exit_code": lax_int(get("exit_code"), "exit_code"),
+        "wall_time_s": nonneg_float(get("wall_time_s"), "wall_time_s"),
+        "cpu_time_s": nonneg_float(get("cpu_time_s"), "cpu_time_s"),
+        "peak_memory_mib": nonneg_float(get("peak_memory_mib"), "peak_memory_mib"),
+        "resource_usage_source": opt_str(get("resource_usage_source"), "resource_usage_source"),
+        "error_type": opt_str(get("error_type"), "error_type"),
     }
 
 
@@ -315,8 +306,8 @@ def _record(value: Any, where: str) -> Obj:
 def bundle(value: Any, where: str = "ng_agent_observations") -> Obj:
     """``AgentObservationBundle``: unique invocation ids, no ``parent_invocation_id`` cycle."""
     _keys(value, _BUNDLE_KEYS, where)
-    records = [_record(item, f"{where}.records[]") for item in _list(value.get("records", []), where)]
-    gaps = [gap(item, f"{where}.gaps[]") for item in _list(value.get("gaps", []), where)]
+    records = [_record(item, "records[]") for item in _list(value.get("records", []), where)]
+    gaps = [gap(item, "gaps[]") for item in _list(value.get("gaps", []), where)]
     parents: dict[str, str | None] = {}
     for record in records:
         if record["kind"] == "agent_invocation":
@@ -331,7 +322,7 @@ def bundle(value: Any, where: str = "ng_agent_observations") -> Obj:
                 fail(where, f"parent_invocation_id cycle through {current!r}")
             seen.add(current)
             current = parents[current]
-    return {"source": req_str(value.get("source"), f"{where}.source"), "records": records, "gaps": gaps}
+    return {"source": req_str(value.get("source"), "source"), "records": records, "gaps": gaps}
 
 
 # -- trajectory ------------------------------------------------------------------------------------
@@ -374,19 +365,19 @@ def response_metadata(value: Any, where: str = "response_metadata") -> Obj:
     _keys(value, _METADATA_KEYSET, where)
     get = value.get
     return {
-        "response_id": opt_str(get("response_id"), f"{where}.response_id"),
-        "model_ref": _opt_server_ref(get("model_ref"), f"{where}.model_ref"),
-        "model": opt_str(get("model"), f"{where}.model"),
-        "dialect": opt_str(get("dialect"), f"{where}.dialect"),
-        "status_code": lax_int(get("status_code"), f"{where}.status_code"),
-        "response_status": opt_str(get("response_status"), f"{where}.response_status"),
-        "finish_reason": opt_str(get("finish_reason"), f"{where}.finish_reason"),
-        "upstream_attempted": lax_bool(get("upstream_attempted"), f"{where}.upstream_attempted"),
-        "response_source": opt_literal(get("response_source"), _SOURCE, f"{where}.response_source"),
-        "upstream_status_code": lax_int(get("upstream_status_code"), f"{where}.upstream_status_code"),
-        "local_response_reason": opt_str(get("local_response_reason"), f"{where}.local_response_reason"),
-        "error_category": opt_str(get("error_category"), f"{where}.error_category"),
-        "latency_ttft_ms": nonneg_float(get("latency_ttft_ms"), f"{where}.latency_ttft_ms"),
+        "response_id": opt_str(get("response_id"), "response_id"),
+        "model_ref": _opt_server_ref(get("model_ref"), "model_ref"),
+        "model": opt_str(get("model"), "model"),
+        "dialect": opt_str(get("dialect"), "dialect"),
+        "status_code": lax_int(get("status_code"), "status_code"),
+        "response_status": opt_str(get("response_status"), "response_status"),
+        "finish_reason": opt_str(get("finish_reason"), "finish_reason"),
+        "upstream_attempted": lax_bool(get("upstream_attempted"), "upstream_attempted"),
+        "response_source": opt_literal(get("response_source"), _SOURCE, "response_source"),
+        "upstream_status_code": lax_int(get("upstream_status_code"), "upstream_status_code"),
+        "local_response_reason": opt_str(get("local_response_reason"), "local_response_reason"),
+        "error_category": opt_str(get("error_category"), "error_category"),
+        "latency_ttft_ms": nonneg_float(get("latency_ttft_ms"), "latency_ttft_ms"),
     }
 
 
@@ -409,14 +400,14 @@ def model_call(value: Any, where: str = "model_calls[]") -> Obj:
     _keys(value, _CALL_KEYS, where)
     get = value.get
     return {
-        "model_call_id": opt_str(get("model_call_id"), f"{where}.model_call_id"),
-        "started_at": lax_float(get("started_at"), f"{where}.started_at"),
-        "completed_at": lax_float(get("completed_at"), f"{where}.completed_at"),
-        "duration_ms": nonneg_float(get("duration_ms"), f"{where}.duration_ms"),
+        "model_call_id": opt_str(get("model_call_id"), "model_call_id"),
+        "started_at": lax_float(get("started_at"), "started_at"),
+        "completed_at": lax_float(get("completed_at"), "completed_at"),
+        "duration_ms": nonneg_float(get("duration_ms"), "duration_ms"),
         "request": get("request"),
         "response": get("response"),
-        "response_metadata": response_metadata(get("response_metadata", {}), f"{where}.response_metadata"),
-        "token_stats": token_stats(get("token_stats", {}), f"{where}.token_stats"),
+        "response_metadata": response_metadata(get("response_metadata", {}), "response_metadata"),
+        "token_stats": token_stats(get("token_stats", {}), "token_stats"),
     }
 
 
@@ -441,27 +432,27 @@ def turn(value: Any, where: str = "turns[]") -> Obj:
     """``TrajectoryTurn``."""
     _keys(value, _TURN_KEYS, where)
     get = value.get
-    turn_no = lax_int(get("turn_no"), f"{where}.turn_no")
+    turn_no = lax_int(get("turn_no"), "turn_no")
     if turn_no is None or turn_no < 1:
-        fail(f"{where}.turn_no", "an integer >= 1 is required")
-    timestamp = lax_float(get("timestamp"), f"{where}.timestamp")
+        fail("turn_no", "an integer >= 1 is required")
+    timestamp = lax_float(get("timestamp"), "timestamp")
     if timestamp is None:
-        fail(f"{where}.timestamp", "required")
-    step_count = nonneg_int(get("step_count"), f"{where}.step_count")
+        fail("timestamp", "required")
+    step_count = nonneg_int(get("step_count"), "step_count")
     if step_count is None:
-        fail(f"{where}.step_count", "required")
+        fail("step_count", "required")
     return {
-        "invocation_id": req_str(get("invocation_id"), f"{where}.invocation_id"),
-        "task_id": req_str(get("task_id"), f"{where}.task_id"),
-        "rollout_id": req_str(get("rollout_id"), f"{where}.rollout_id"),
+        "invocation_id": req_str(get("invocation_id"), "invocation_id"),
+        "task_id": req_str(get("task_id"), "task_id"),
+        "rollout_id": req_str(get("rollout_id"), "rollout_id"),
         "turn_no": turn_no,
         "timestamp": timestamp,
         "question": get("question"),
         "answer": get("answer"),
         "reasoning_content": get("reasoning_content"),
-        "resolved": lax_bool(get("resolved"), f"{where}.resolved"),
+        "resolved": lax_bool(get("resolved"), "resolved"),
         "step_count": step_count,
-        "model_calls": _refs(get("model_calls", []), f"{where}.model_calls[]"),
+        "model_calls": _refs(get("model_calls", []), "model_calls[]"),
     }
 
 
@@ -476,23 +467,18 @@ def trajectory(value: Any, where: str = "ng_trajectory") -> Obj:
     get = value.get
     version = get("schema_version", "1.0")
     if version != "1.0" or not isinstance(version, str):
-        fail(f"{where}.schema_version", "must be '1.0'")
+        fail("schema_version", "must be '1.0'")
     record: Obj = {
         "schema_version": version,
-        "task_id": req_str(get("task_id"), f"{where}.task_id"),
-        "rollout_id": req_str(get("rollout_id"), f"{where}.rollout_id"),
-        "invocations": [
-            invocation(v, f"{where}.invocations[]") for v in _list(get("invocations", []), where)
-        ],
-        "turns": [turn(v, f"{where}.turns[]") for v in _list(get("turns", []), where)],
-        "model_calls": [
-            model_call(v, f"{where}.model_calls[]") for v in _list(get("model_calls", []), where)
-        ],
+        "task_id": req_str(get("task_id"), "task_id"),
+        "rollout_id": req_str(get("rollout_id"), "rollout_id"),
+        "invocations": [invocation(v, "invocations[]") for v in _list(get("invocations", []), where)],
+        "turns": [turn(v, "turns[]") for v in _list(get("turns", []), where)],
+        "model_calls": [model_call(v, "model_calls[]") for v in _list(get("model_calls", []), where)],
         "tool_calls": [
-            tool_call(v, f"{where}.tool_calls[]", with_output=True)
-            for v in _list(get("tool_calls", []), where)
+            tool_call(v, "tool_calls[]", with_output=True) for v in _list(get("tool_calls", []), where)
         ],
-        "gaps": [gap(v, f"{where}.gaps[]") for v in _list(get("gaps", []), where)],
+        "gaps": [gap(v, "gaps[]") for v in _list(get("gaps", []), where)],
     }
     check_trajectory(record, where)
     return record

@@ -14,7 +14,8 @@ from gymflow import provenance, storage
 from gymflow.cli import main
 from gymflow.errors import InputError
 from gymflow.evidence import validate_trajectory
-from gymflow.join.run import default_output, resolve_settings, run_join
+from gymflow.join.direct import run_join
+from gymflow.join.run import default_output, resolve_settings
 from tests.join.helpers import L, bundle, inv, jsonl, ref, row
 
 
@@ -55,6 +56,27 @@ def test_direct_join_writes_beside_the_input_and_keeps_it(raw_run: Path) -> None
     assert summary["gap_counts"]["model_call_capture_incomplete"] == 1
     assert summary["perf_summary"]["overall_observability_coverage"] == summary["perf_rows"] / 24
     assert not list(raw_run.glob(".*tmp")) and not list(raw_run.glob(".*parts*"))
+
+
+def test_parallel_direct_join_writes_the_same_bytes(raw_run: Path, tmp_path: Path) -> None:
+    serial = run_join(resolve_settings(str(raw_run), output=str(tmp_path / "serial.jsonl")))
+    parallel = run_join(
+        resolve_settings(str(raw_run), output=str(tmp_path / "parallel.jsonl")),
+        workers=2,
+        parallel_min_bytes=0,
+        range_bytes=4096,
+    )
+    assert (tmp_path / "parallel.jsonl").read_bytes() == (tmp_path / "serial.jsonl").read_bytes()
+    assert parallel.summary == serial.summary
+    serial_record = provenance.read_record(serial.record_url)
+    parallel_record = provenance.read_record(parallel.record_url)
+    assert serial_record is not None and parallel_record is not None
+    assert parallel_record["inputs"] == serial_record["inputs"]
+    assert parallel_record["cache_key"] == serial_record["cache_key"]
+    (raw_run / "rollouts.jsonl").write_bytes((raw_run / "rollouts.jsonl").read_bytes() + b"[]\n")
+    with pytest.raises(InputError, match="not a JSON object"):
+        run_join(resolve_settings(str(raw_run)), workers=2, parallel_min_bytes=0, range_bytes=4096)
+    assert not (raw_run / "rollouts_joined.jsonl").exists()
 
 
 def test_provenance_lists_every_capture_file_read(raw_run: Path) -> None:

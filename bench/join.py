@@ -1,0 +1,146 @@
+"""Benchmark of ``gymflow eval join --direct`` against a plain parse of the same bytes.
+
+For each size (default 5,000 and 20,000 rollouts, about 5 model calls each, seeded) it writes a
+pre-join run directory with :mod:`bench.join_corpus` (cached under ``bench/_corpus/``), then:
+
+* ``parse``: one process, ``orjson.loads`` of every line of ``rollouts.jsonl`` and of every
+  capture file (each file opened and read whole), nothing else;
+* ``join``: ``gymflow eval join RUN --direct --no-cache`` in a fresh process (CLI start-up,
+  config, the join, writing the output and the provenance record), its wall time and its peak
+  RSS (``ru_maxrss``); ``join (in-process)`` is the same run timed inside the process, without
+  interpreter start-up and imports.
+
+It prints ``ratio = join / parse`` (target <= 2.0) and the peak RSS (target <= 300 MB, flat from
+5k to 20k). Usage: ``python -m bench.join [--sizes 5000 20000] [--seed 0] [--repeat 2]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import orjson
+
+from bench.join_corpus import write_run
+
+CORPUS = Path(__file__).parent / "_corpus"
+
+_CHILD = """
+import json, resource, sys, time
+t0 = time.perf_counter()
+from gymflow.cli import main
+t1 = time.perf_counter()
+import gymflow.join.direct as direct
+original = direct.run_join
+timing = {}
+def timed(*args, **kwargs):
+    start = time.perf_counter()
+    try:
+        return original(*args, **kwargs)
+    finally:
+        timing["join"] = time.perf_counter() - start
+direct.run_join = timed
+import gymflow.cli.join as cli_join
+cli_join.run_join = timed
+code = main(sys.argv[1:])
+rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+workers = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+report = {"code": code, "imports": t1 - t0, "join": timing.get("join"), "rss": rss, "worker_rss": workers}
+print(json.dumps(report), file=sys.stderr)
+"""
+
+
+def corpus(rows: int, seed: int) -> Path:
+    """The cached run directory for ``rows`` rollouts (generated once)."""
+    run_dir = CORPUS / f"join-{rows}-{seed}"
+    done = run_dir / ".complete"
+    if not done.exists():
+        shutil.rmtree(run_dir, ignore_errors=True)
+        start = time.perf_counter()
+        write_run(run_dir, rows, seed=seed, calls=5, call_bytes=2000)
+        done.write_text("ok\n")
+        print(f"  generated {rows} rollouts in {time.perf_counter() - start:.1f}s", file=sys.stderr)
+    return run_dir
+
+
+def parse_all(run_dir: Path) -> tuple[float, int]:
+    """Seconds to ``orjson.loads`` every rollout line and every capture line; bytes parsed."""
+    start = time.perf_counter()
+    total = 0
+    with open(run_dir / "rollouts.jsonl", "rb") as f:
+        for line in f:
+            if line.strip():
+                orjson.loads(line)
+            total += len(line)
+    capture = run_dir / "model-calls"
+    for name in sorted(os.listdir(capture)):
+        with open(capture / name, "rb") as f:
+            data = f.read()
+        total += len(data)
+        for line in data.split(b"\n"):
+            if line.strip():
+                orjson.loads(line)
+    return time.perf_counter() - start, total
+
+
+def join_once(run_dir: Path, workers: int) -> dict[str, float]:
+    """Run the CLI join in a fresh process; wall seconds, in-process seconds, peak RSS bytes.
+
+    The previous output is removed first, so every run writes a new file (as a first join does).
+    """
+    (run_dir / "rollouts_joined.jsonl").unlink(missing_ok=True)
+    start = time.perf_counter()
+    command = ["eval", "join", str(run_dir), "--direct", "--no-cache", "--workers", str(workers)]
+    proc = subprocess.run(
+        [sys.executable, "-c", _CHILD, *command],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    wall = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise SystemExit(f"join failed ({proc.returncode}):\n{proc.stderr}")
+    report = json.loads(proc.stderr.strip().splitlines()[-1])
+    return {"wall": wall, **report}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.join", description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[5000, 20000])
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--repeat", type=int, default=2, help="best of N for each measurement")
+    parser.add_argument(
+        "--workers", type=int, default=os.cpu_count() or 1, help="join processes (default: CPUs)"
+    )
+    args = parser.parse_args(argv)
+    rows = []
+    for size in args.sizes:
+        run_dir = corpus(size, args.seed)
+        parses = [parse_all(run_dir) for _ in range(args.repeat)]
+        parse_s, nbytes = min(parses)
+        joins = [join_once(run_dir, args.workers) for _ in range(args.repeat)]
+        best = min(joins, key=lambda j: j["wall"])
+        out_bytes = (run_dir / "rollouts_joined.jsonl").stat().st_size
+        rows.append((size, nbytes, out_bytes, parse_s, best))
+        print(
+            f"{size:>6} rollouts, {args.workers} workers: input {nbytes / 2**20:.1f} MiB, "
+            f"output {out_bytes / 2**20:.1f} MiB; parse {parse_s:.2f}s, join {best['wall']:.2f}s "
+            f"(in-process {best['join']:.2f}s); ratio = join / parse = {best['wall'] / parse_s:.2f} "
+            f"(in-process {best['join'] / parse_s:.2f}); peak RSS {best['rss'] / 1e6:.1f} MB "
+            f"(largest worker {best['worker_rss'] / 1e6:.1f} MB)"
+        )
+    if len(rows) > 1:
+        first, last = rows[0][4]["rss"], rows[-1][4]["rss"]
+        print(f"peak RSS {rows[0][0]} -> {rows[-1][0]} rollouts: {first / 1e6:.1f} -> {last / 1e6:.1f} MB")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

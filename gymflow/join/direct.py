@@ -1,0 +1,154 @@
+"""The direct path of ``gymflow eval join``: no orchestrator, the same core, identical outputs.
+
+One worker streams the rollouts file through the join and into the output. Several workers
+(processes on this machine) each join a byte range and send back its output lines; the parent
+writes them in input order while later ranges are still being joined, holding at most a few
+ranges in memory, so memory stays flat with the number of rows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import multiprocessing
+from collections import deque
+from collections.abc import Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
+from datetime import UTC, datetime
+from typing import Final
+
+from gymflow import provenance, storage
+from gymflow.errors import InputError
+from gymflow.join.capture import CaptureStore
+from gymflow.join.run import (
+    JoinResult,
+    JoinSettings,
+    current_key,
+    finish,
+    join_lines,
+    missing_capture_warning,
+)
+from gymflow.join.stats import JoinStats
+
+__all__ = ["PARALLEL_MIN_BYTES", "RANGE_BYTES", "run_join"]
+
+PARALLEL_MIN_BYTES: Final = 4 * 2**20
+"""Smaller rollouts files are joined in this process: a pool would cost more than it saves."""
+
+RANGE_BYTES: Final = 2 * 2**20
+"""Rollouts bytes per range in the parallel path (its output is a few times larger)."""
+
+
+def _store(settings: JoinSettings) -> CaptureStore | None:
+    return None if settings.capture_dir is None else CaptureStore(settings.capture_dir)
+
+
+def join_chunk(settings: JoinSettings, start: int, end: int) -> tuple[bytes, JoinStats]:
+    """Joined output lines and counts of the rows starting in ``[start, end)`` (a worker's job)."""
+    stats = JoinStats()
+    lines = storage.iter_lines(settings.rollouts, start, end)
+    data = b"".join(join_lines(lines, _store(settings), stats, perf=settings.perf, source=settings.rollouts))
+    return data, stats
+
+
+class _Hashed:
+    """Counts and hashes the bytes that pass through it (or is told the result)."""
+
+    def __init__(self) -> None:
+        self.hash = hashlib.sha256()
+        self.bytes = 0
+        self.known: str | None = None
+
+    def add(self, data: bytes) -> bytes:
+        self.hash.update(data)
+        self.bytes += len(data)
+        return data
+
+    def hexdigest(self) -> str:
+        return self.known if self.known is not None else self.hash.hexdigest()
+
+
+def _serial(settings: JoinSettings, stats: JoinStats, out: _Hashed, source: _Hashed) -> Iterator[bytes]:
+    def hashed_lines() -> Iterator[tuple[int, bytes]]:
+        for offset, line in storage.iter_lines(settings.rollouts):
+            source.add(line)
+            yield offset, line
+
+    batch: list[bytes] = []
+    size = 0
+    for line in join_lines(
+        hashed_lines(), _store(settings), stats, perf=settings.perf, source=settings.rollouts
+    ):
+        batch.append(line)
+        size += len(line)
+        if size >= 2**20:
+            yield out.add(b"".join(batch))
+            batch, size = [], 0
+    if batch:
+        yield out.add(b"".join(batch))
+
+
+def _parallel(
+    settings: JoinSettings, stats: JoinStats, out: _Hashed, source: _Hashed, workers: int, range_bytes: int
+) -> Iterator[bytes]:
+    total = storage.size(settings.rollouts)
+    ranges = storage.split_ranges(settings.rollouts, max(workers * 2, -(-total // range_bytes)))
+    # fork is cheap and inherits imports; a parent with remote-storage threads must not fork.
+    local = storage.is_local(settings.rollouts) and (
+        settings.capture_dir is None or storage.is_local(settings.capture_dir)
+    )
+    context = multiprocessing.get_context("fork" if local else "spawn")
+    with ProcessPoolExecutor(
+        max_workers=workers,
+        mp_context=context,
+        initializer=storage.configure,
+        initargs=(storage.current_options(),),
+    ) as pool:
+        pending: deque[Future[tuple[bytes, JoinStats]]] = deque()
+        queue = iter(ranges)
+        for start, end in queue:
+            pending.append(pool.submit(join_chunk, settings, start, end))
+            if len(pending) >= workers + 1:
+                break
+        # Hash the rollouts file while the workers start on it.
+        source.known, source.bytes = storage.sha256(settings.rollouts)
+        while pending:
+            data, part = pending.popleft().result()
+            nxt = next(queue, None)
+            if nxt is not None:
+                pending.append(pool.submit(join_chunk, settings, *nxt))
+            stats.merge(part)
+            yield out.add(data)
+
+
+def run_join(
+    settings: JoinSettings,
+    *,
+    use_cache: bool = True,
+    workers: int = 1,
+    parallel_min_bytes: int = PARALLEL_MIN_BYTES,
+    range_bytes: int = RANGE_BYTES,
+) -> JoinResult:
+    """Join the whole rollouts file without an orchestrator and write output and provenance.
+
+    ``workers`` > 1 joins byte ranges of about ``range_bytes`` in that many processes; files under
+    ``parallel_min_bytes`` stay in this process. The output bytes do not depend on either.
+    """
+    started_at = provenance.timestamp(datetime.now(UTC))
+    record_url = provenance.record_path(settings.output)
+    if not storage.isfile(settings.rollouts):
+        raise InputError(f"{settings.rollouts}: rollouts file not found")
+    if use_cache and storage.exists(record_url) and provenance.up_to_date(record_url, current_key(settings)):
+        record = provenance.read_record(record_url) or {}
+        return JoinResult(settings, {"cache_key": record.get("cache_key")}, record_url, up_to_date=True)
+    warnings = missing_capture_warning(settings)
+    stats = JoinStats()
+    out, source = _Hashed(), _Hashed()
+    if workers > 1 and storage.size(settings.rollouts) >= parallel_min_bytes:
+        chunks = _parallel(settings, stats, out, source, workers, range_bytes)
+    else:
+        chunks = _serial(settings, stats, out, source)
+    storage.write_atomic_lines(settings.output, chunks)
+    rollouts = provenance.FileDigest(storage.to_uri(settings.rollouts), source.hexdigest(), source.bytes)
+    output = provenance.FileDigest(storage.to_uri(settings.output), out.hexdigest(), out.bytes)
+    record_url = finish(settings, stats, rollouts, output, {"kind": "direct"}, started_at)
+    return JoinResult(settings, stats.summary(), record_url, warnings, list(stats.errors))
