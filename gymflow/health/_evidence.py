@@ -7,7 +7,7 @@ from functools import cached_property
 from typing import Any
 
 from gymflow.evidence import TrajectoryModelCall, TrajectoryRecord
-from gymflow.health._binding import BindingView, bind, owned_references, turn_references
+from gymflow.health._binding import BindingView, CallIndex, bind, owned_references, turn_references
 
 _MODEL_CALL_GAPS = frozenset(
     {
@@ -77,12 +77,16 @@ class Evidence:
         return any(code in CONTRADICTION_GAPS for code in self.gap_codes)
 
     @cached_property
+    def call_index(self) -> CallIndex:
+        return CallIndex(self.calls)
+
+    @cached_property
     def owned(self) -> BindingView:
-        return bind(owned_references(self.trajectory), self.calls)
+        return bind(owned_references(self.trajectory), self.call_index)
 
     @cached_property
     def turn_view(self) -> BindingView:
-        return bind(turn_references(self.trajectory), self.calls)
+        return bind(turn_references(self.trajectory), self.call_index)
 
     def owned_calls(self) -> list[tuple[int, TrajectoryModelCall]]:
         return [(position, self.calls[position]) for position in self.owned.bound]
