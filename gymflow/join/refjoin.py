@@ -19,6 +19,7 @@ _STALE_CODES: Final = frozenset(
     {"model_call_reference_unmatched", "model_call_reference_ambiguous", "model_call_reference_conflict"}
 )
 OWNERSHIP: Final = "model_call_ownership_unavailable"
+_NONE: Final[list[int]] = []
 
 
 def ref_key(model_ref: Any) -> RefKey:
@@ -38,21 +39,33 @@ class Candidates:
         self.calls = list(calls)
         self._by_id: dict[str, list[int]] = {}
         self._by_pair: dict[tuple[Any, Any, str], list[int]] = {}
+        by_id, by_pair = self._by_id, self._by_pair
         for position, (call_id, model_ref, response_id) in enumerate(self.calls):
-            if isinstance(call_id, str) and call_id:
-                self._by_id.setdefault(call_id, []).append(position)
-            key = ref_key(model_ref)
-            if key is not None and isinstance(response_id, str) and response_id:
-                self._by_pair.setdefault((key[0], key[1], response_id), []).append(position)
+            if call_id and type(call_id) is str:
+                if call_id in by_id:
+                    by_id[call_id].append(position)
+                else:
+                    by_id[call_id] = [position]
+            if response_id and type(response_id) is str and type(model_ref) is dict:
+                by_pair.setdefault((model_ref.get("type"), model_ref.get("name"), response_id), []).append(
+                    position
+                )
 
     def find(self, ref: Obj) -> list[int]:
         call_id = ref.get("model_call_id")
         if call_id:
-            found = self._by_id.get(call_id, [])
+            found = self._by_id.get(call_id, _NONE)
             wanted_ref = ref_key(ref.get("model_ref"))
             wanted_response = ref.get("response_id")
             if wanted_ref is None and wanted_response is None:
                 return found
+            if len(found) == 1:
+                call = self.calls[found[0]]
+                if (wanted_ref is None or ref_key(call[1]) == wanted_ref) and (
+                    wanted_response is None or call[2] == wanted_response
+                ):
+                    return found
+                return _NONE
             return [
                 p
                 for p in found
