@@ -103,7 +103,7 @@ def _answer(value: object) -> Answer:
     return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
 
 
-def extract(row: Mapping[str, Any], spec: ScoreSpec | None = None, where: str = "<row>") -> RowFacts:
+def extract(row: Mapping[str, Any], spec: ScoreSpec | None = None, where: str = "") -> RowFacts:
     """Extract a row's :class:`RowFacts` (aggregate.md §3.1, §3.2, §3.4, §4).
 
     ``where`` names the row in error messages (``'<file>' line N``).
@@ -112,7 +112,7 @@ def extract(row: Mapping[str, Any], spec: ScoreSpec | None = None, where: str = 
         task = read_index(row, "_ng_task_index")
         rollout = read_index(row, "_ng_rollout_index")
     except ValueError as exc:
-        raise InputError(f"{where}: {exc}") from None
+        raise InputError(f"{where}: {exc}" if where else str(exc)) from None
     masked = bool(row.get("mask_sample"))
     response = row.get("response")
     usage = response.get("usage") if isinstance(response, Mapping) else None

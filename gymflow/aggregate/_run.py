@@ -24,7 +24,7 @@ import orjson
 from gymflow import provenance, storage
 from gymflow.aggregate._merge import write_merged
 from gymflow.aggregate._reduce import Coverage, ReduceSettings, Reduction, key_metrics_lines, reduce_shards
-from gymflow.aggregate._scan import ShardScan, parse_line, resolve_group, scan_shard
+from gymflow.aggregate._scan import ShardScan, parse_line, paused_gc, resolve_group, scan_shard
 from gymflow.aggregate._select import metrics_path, select_shards
 from gymflow.aggregate._server import ServerSettings, server_entries
 from gymflow.aggregate._sidecars import ShardSidecars, read_sidecars
@@ -127,7 +127,8 @@ class AggregateOutcome:
 
 def scan_part(shard: str, index: int, options: AggregateOptions, spool_dir: str | None) -> ShardPart:
     """Read one shard (hash, parse, facts) and its sidecars."""
-    scan = scan_shard(shard, index, options.settings.pass_majority, options.agent_environments, spool_dir)
+    with paused_gc():
+        scan = scan_shard(shard, index, options.settings.pass_majority, options.agent_environments, spool_dir)
     keys = {(row.facts.task, row.facts.rollout) for row in scan.rows}
     return ShardPart(scan, read_sidecars(shard, keys, options.agent_environments))
 
@@ -351,7 +352,8 @@ def run_aggregate(
         return outcome
     spool_dir = tempfile.mkdtemp(prefix="gymflow-aggregate-")
     try:
-        parts = scan_all(shards, options, spool_dir)
+        with paused_gc():
+            parts = scan_all(shards, options, spool_dir)
         echo(loaded_line(parts))
         merged: provenance.FileDigest | None = None
         # The merged file is written (I/O, hashing: the GIL is released) while the metrics are
@@ -362,9 +364,10 @@ def run_aggregate(
                 echo(f"Merging shards into {options.output}")
                 pending = writer.submit(write_merged, [part.scan for part in parts], options.output)
             try:
-                reduction = reduce_shards(
-                    [p.scan for p in parts], [p.sidecars for p in parts], options.settings
-                )
+                with paused_gc():
+                    reduction = reduce_shards(
+                        [p.scan for p in parts], [p.sidecars for p in parts], options.settings
+                    )
             finally:
                 if pending is not None:
                     merged = pending.result()
@@ -396,7 +399,7 @@ def report_run(
     """After the outputs are written: the reduce step's text, key metrics, banner, health (§1.6-§1.8)."""
     for line in reduction.lines:
         echo(line)
-    for warning in dict.fromkeys(reduction.warnings):
+    for warning in reduction.warnings:  # each distinct text once per group (§3.9)
         logger.warning(warning)
     for entry in reduction.entries:
         for line in key_metrics_lines(entry):

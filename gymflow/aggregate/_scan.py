@@ -8,12 +8,14 @@ copy rows in sorted order without a second download.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import os
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
@@ -98,6 +100,19 @@ class ShardScan:
         return self.spool if self.spool is not None else self.url
 
 
+@contextmanager
+def paused_gc() -> Iterator[None]:
+    """Pause the cyclic garbage collector: rows allocate many small objects and form no cycles,
+    so repeated collections would only re-traverse everything kept so far."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def parse_line(url: str, line_number: int, text: bytes) -> dict[str, Any]:
     """Parse one non-blank line as a JSON object; errors name the file and the line."""
     try:
@@ -119,14 +134,18 @@ def parse_line(url: str, line_number: int, text: bytes) -> dict[str, Any]:
 def _is_compact(obj: dict[str, Any], line: bytes) -> bool:
     """Whether ``line`` is already compact JSON (then the merge copies it verbatim).
 
-    Fast path: no ``": `` / ``", "`` separator anywhere and no surrounding whitespace. Otherwise
-    (the text may merely contain such characters inside strings) compare with a compact dump.
+    A serializer uses one separator style for a whole line, so the first key's separator tells:
+    ``{"key":value`` with nothing around the braces is compact. Anything else is compared with a
+    compact dump of the parsed row.
     """
-    body = line[:-1] if line.endswith(b"\n") else line
-    if b'": ' not in body and b'", "' not in body and body[:1] == b"{" and body[-1:] == b"}":
-        return True
-    dumped = orjson.dumps(obj)
     end = len(line) - (1 if line.endswith(b"\n") else 0)
+    if line[:2] == b'{"' and line[end - 1 : end] == b"}":
+        quote = line.find(b'"', 2, end)
+        while quote > 0 and line[quote - 1] == 0x5C:  # an escaped quote inside the first key
+            quote = line.find(b'"', quote + 1, end)
+        if quote > 0 and line[quote + 1 : quote + 2] == b":":
+            return line[quote + 2 : quote + 3] not in (b" ", b"\t", b"\n", b"\r")
+    dumped = orjson.dumps(obj)
     return len(dumped) == end and line.startswith(dumped)
 
 
@@ -183,7 +202,10 @@ def scan_shard(
             if not line or line.isspace():
                 continue
             row = parse_line(url, line_number, line)
-            facts = extract(row, spec, where=f"{url!r} line {line_number}")
+            try:
+                facts = extract(row, spec)
+            except InputError as exc:
+                raise InputError(f"{url!r} line {line_number}: {exc}") from None
             group = resolve_group(row, environments)
             accumulator = scan.perf.get(group.key)
             if accumulator is None:

@@ -167,3 +167,26 @@ def test_42_cli_exit_status(tmp_path: Path, server_factory: Any, capsys: pytest.
     assert status == 1
     assert "aggregate metrics: resources server 'mcqa' failed: HTTP 404" in capsys.readouterr().err
     assert len(server.bodies) == 1  # a 404 is not retried
+
+
+def test_40_local_defaults_equal_a_live_mcqa_server() -> None:
+    """Needs a NeMo Gym 0.7.0 mcqa resources server and its 9 reverified rows (GYMFLOW_MCQA_URL,
+    GYMFLOW_MCQA_ROWS); not available in CI."""
+    import os
+
+    url, rows_path = os.environ.get("GYMFLOW_MCQA_URL"), os.environ.get("GYMFLOW_MCQA_ROWS")
+    if not url or not rows_path:
+        pytest.skip("no live NeMo Gym 0.7.0 mcqa server (set GYMFLOW_MCQA_URL and GYMFLOW_MCQA_ROWS)")
+    import httpx
+
+    from gymflow.aggregate import extract, group_metrics
+
+    rows = [json.loads(line) for line in Path(rows_path).read_text().splitlines() if line.strip()]
+    answer = httpx.post(
+        f"{url}/aggregate_metrics", json={"verify_responses": [strip_row(r) for r in rows]}
+    ).json()
+    local = group_metrics([extract(r) for r in rows])
+    shared = set(local.agent_metrics) & set(answer["agent_metrics"])
+    assert len(shared) >= 53
+    assert all(local.agent_metrics[k] == answer["agent_metrics"][k] for k in shared)
+    assert not any(k.startswith("pass@") for k in local.agent_metrics)
