@@ -50,7 +50,12 @@ def _append_failure(holder: Obj, key: str, row: Obj, gap: Obj) -> bool:
     gaps = holder.get("gaps", [])
     if not isinstance(gaps, list):
         return False
-    if gap not in gaps:  # [G] never a second identical failure gap (0.7.0 appends one per pass)
+    # [G] never a second identical failure gap (0.7.0 appends one per pass); a dumped copy of the
+    # gap carries "invocation_id": null and is the same gap.
+    same = (gap["code"], None, gap["detail"])
+    if not any(
+        isinstance(g, dict) and (g.get("code"), g.get("invocation_id"), g.get("detail")) == same for g in gaps
+    ):
         row[key] = {**holder, "gaps": [*gaps, gap]}
     return True
 

@@ -120,3 +120,12 @@ def test_quirk_d_id_less_calls_are_appended_again() -> None:
     second = join(first, files)
     third = join(second, files)
     assert [len(r["ng_trajectory"]["model_calls"]) for r in (first, second, third)] == [1, 2, 3]
+
+
+def test_c48_failure_gap_in_dumped_form_is_not_repeated() -> None:
+    dumped = {"code": "trajectory_projection_failed", "invocation_id": None, "detail": "KeyError"}
+    observations = bundle(inv("root"), gaps=[dumped])
+    out = join_row({"ng_agent_observations": observations}, None)
+    assert out["ng_agent_observations"]["gaps"] == [dumped]
+    first = join_row({"ng_agent_observations": bundle(inv("root"))}, None)
+    assert join_row(first, None) == first
