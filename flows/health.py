@@ -63,6 +63,13 @@ def health_check(
         for byte_range in plan.ranges
     ]
     report = tasks.reduce_report(plan, [future.result() for future in futures])
-    outcome = tasks.write_reports(plan, report, report_dir, inputs, _orchestrator(), started_at)
+    write = tasks.write_reports.with_options(
+        assets=[
+            storage.to_uri(summary_url),
+            storage.to_uri(storage.join(report_dir, "rollout_verdicts.jsonl")),
+        ],
+        asset_deps=[digest.uri for digest in inputs],
+    )
+    outcome = write(plan, report, report_dir, inputs, _orchestrator(), started_at)
     _publish(outcome)
     return outcome

@@ -2,7 +2,8 @@
 
 I/O tasks retry with backoff; pure computation does not. Range evaluation is cached by the
 SHA-256 of the input, the byte range, the ignored checks and gymflow's version, so a rerun after a
-crash redoes only the ranges that did not finish.
+crash redoes only the ranges that did not finish. ``write_reports`` materialises the report files
+as Prefect assets (the flow names them per run), with the inputs as their dependencies.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from prefect import task
+from prefect.assets import materialize
 from prefect.context import TaskRunContext
 
 from gymflow import __version__, health, provenance
@@ -50,7 +52,7 @@ def reduce_report(plan: HealthPlan, results: Sequence[RangeResult]) -> HealthRep
     return health.finish(plan, results)
 
 
-@task(name="write-reports", **IO_RETRIES)
+@materialize("gymflow://health-reports", name="write-reports", **IO_RETRIES)
 def write_reports(
     plan: HealthPlan,
     report: HealthReport,
