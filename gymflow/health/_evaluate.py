@@ -40,17 +40,32 @@ def _identity_value(value: Any) -> Identity:
 
 
 @dataclass(slots=True)
-class RowStats:
-    """A row's contribution to ``run.stats`` and ``run.artifacts.captures``."""
+class RunStats:
+    """``run.stats`` and ``run.artifacts.captures``: additive, so each byte range sums its own and
+    the runner adds the ranges up (rows keep no statistics of their own)."""
 
-    captures: bool = False
-    failed_statuses: list[str] = field(default_factory=list)
-    ended_on_error: bool = False
+    captures: int = 0
+    failed_statuses: Counter[str] = field(default_factory=Counter)
+    rollouts_affected: int = 0
+    ended_on_error: int = 0
     replayed: int = 0
+    replayed_rollouts: int = 0
     prompt: int = 0
     completion: int = 0
     capture_prompt: int = 0
     capture_completion: int = 0
+
+    def add(self, other: RunStats) -> None:
+        self.captures += other.captures
+        self.failed_statuses.update(other.failed_statuses)
+        self.rollouts_affected += other.rollouts_affected
+        self.ended_on_error += other.ended_on_error
+        self.replayed += other.replayed
+        self.replayed_rollouts += other.replayed_rollouts
+        self.prompt += other.prompt
+        self.completion += other.completion
+        self.capture_prompt += other.capture_prompt
+        self.capture_completion += other.capture_completion
 
 
 @dataclass(slots=True)
@@ -65,9 +80,8 @@ class RowResult:
     rollout_id: str | None
     rollout_text: str
     findings: list[Finding]
-    unobserved: list[str]
+    unobserved: tuple[str, ...]
     unreadable: dict[str, Any] | None = None
-    stats: RowStats = field(default_factory=RowStats)
     policy_complete: bool = False
     successful_calls: int = 0
 
@@ -97,8 +111,16 @@ def _unreadable_row(
     findings: list[Finding] = []
     if "record_unreadable" not in ignored:
         findings.append({"check": "record_unreadable", "locator": None, "detail": detail})
-    unobserved = [c for c in ROLLOUT_CHECK_IDS if c != "record_unreadable" and c not in ignored]
+    unobserved = _shared(tuple(c for c in ROLLOUT_CHECK_IDS if c != "record_unreadable" and c not in ignored))
     return RowResult(line_number, ordinal, None, 0, None, None, "0", findings, unobserved, detail)
+
+
+_SHARED_UNOBSERVED: dict[tuple[str, ...], tuple[str, ...]] = {}
+
+
+def _shared(unobserved: tuple[str, ...]) -> tuple[str, ...]:
+    """One tuple object per distinct ``unobserved`` list: rows hold a reference, not a copy."""
+    return _SHARED_UNOBSERVED.setdefault(unobserved, unobserved)
 
 
 def _call_identity(call: Any) -> str | None:
@@ -112,22 +134,30 @@ def _call_identity(call: Any) -> str | None:
     return None
 
 
-def _collect_stats(stats: RowStats, trajectory: TrajectoryRecord | None) -> None:
+def _collect_stats(stats: RunStats, trajectory: TrajectoryRecord | None) -> None:
     calls = trajectory.model_calls if trajectory is not None else []
-    stats.captures = bool(calls)
+    stats.captures += bool(calls)
+    failed = 0
     for call in calls:
         if is_failed(call):
+            failed += 1
             status = call.response_metadata.status_code
-            stats.failed_statuses.append("unknown" if status is None else str(status))
+            stats.failed_statuses["unknown" if status is None else str(status)] += 1
         stats.capture_prompt += call.token_stats.prompt_tokens or 0
         stats.capture_completion += call.token_stats.completion_tokens or 0
-    stats.ended_on_error = bool(failed_chains(calls))
+    stats.rollouts_affected += failed > 0
+    stats.ended_on_error += bool(failed) and bool(failed_chains(calls))
     identities = Counter(identity for identity in map(_call_identity, calls) if identity is not None)
-    stats.replayed = sum(count - 1 for count in identities.values())
+    replayed = sum(count - 1 for count in identities.values())
+    stats.replayed += replayed
+    stats.replayed_rollouts += replayed > 0
 
 
-def evaluate_line(line: bytes, line_number: int, ordinal: int, ignored: frozenset[str]) -> RowResult:
-    """Evaluate one non-blank line; ``line_number``/``ordinal`` may be range-local (see ``place``)."""
+def evaluate_line(
+    line: bytes, line_number: int, ordinal: int, ignored: frozenset[str], stats: RunStats
+) -> RowResult:
+    """Evaluate one non-blank line, adding its statistics to ``stats``; ``line_number`` and
+    ``ordinal`` may be range-local (see :meth:`RowResult.place`)."""
     try:
         record = orjson.loads(line.strip(_ASCII_WHITESPACE))
     except orjson.JSONDecodeError:
@@ -172,13 +202,14 @@ def evaluate_line(line: bytes, line_number: int, ordinal: int, ignored: frozense
         rollout_id=str(rollout_id) if rollout_id else None,
         rollout_text=str(raw_rollout),
         findings=[],
-        unobserved=[],
+        unobserved=(),
     )
     if row.rollout_id is None and "_ng_task_index" in record:
         row.rollout_id = f"{raw_task}-{raw_rollout}"
 
     usage = transcript_usage(record)
-    row.stats.prompt, row.stats.completion = usage[0] or 0, usage[1] or 0
+    stats.prompt += usage[0] or 0
+    stats.completion += usage[1] or 0
 
     trajectory: TrajectoryRecord | None = None
     trajectory_error: str | None = None
@@ -191,12 +222,13 @@ def evaluate_line(line: bytes, line_number: int, ordinal: int, ignored: frozense
     if trajectory is not None and any(gap.code == "trajectory_projection_failed" for gap in trajectory.gaps):
         trajectory = None
     evidence = Evidence(trajectory, usage) if trajectory is not None else None
-    _collect_stats(row.stats, trajectory)
+    _collect_stats(stats, trajectory)
     if evidence is not None:
         view = evidence.turn_view
         row.policy_complete = view.complete and evidence.scope_complete
         row.successful_calls = sum(is_successful(evidence.calls[p]) for p in view.bound)
 
+    unobserved: list[str] = []
     for check_id in ROLLOUT_CHECK_IDS:
         if check_id in ignored:
             continue
@@ -211,12 +243,12 @@ def evaluate_line(line: bytes, line_number: int, ordinal: int, ignored: frozense
             continue  # decided by the runner's post-pass
         check = TRAJECTORY_CHECKS[check_id]
         if evidence is None or not check.observable(evidence):
-            row.unobserved.append(check_id)
+            unobserved.append(check_id)
             continue
         try:
             row.findings.extend(check.evaluate(evidence))
         except Exception as exc:  # noqa: BLE001 - a defective check must not stop the run
-            row.unobserved.append(check_id)
+            unobserved.append(check_id)
             if "check_execution_error" not in ignored:
                 detail = {
                     "reason": "check raised an unexpected exception",
@@ -224,4 +256,5 @@ def evaluate_line(line: bytes, line_number: int, ordinal: int, ignored: frozense
                     "error": type(exc).__name__,
                 }
                 row.findings.append(finding("check_execution_error", detail))
+    row.unobserved = _shared(tuple(unobserved))
     return row

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gymflow.health._evaluate import Identity, RowResult
+from gymflow.health._evaluate import Identity, RowResult, RunStats
 from gymflow.health._registry import CHECK_IDS, ROLLOUT_CHECK_IDS, TASK_CHECK_IDS
 
 Verdict = str
@@ -105,7 +105,7 @@ def _task_entry(
     return entry, coverage
 
 
-def build_report(rows: list[RowResult], ignored: tuple[str, ...]) -> HealthReport:
+def build_report(rows: list[RowResult], ignored: tuple[str, ...], stats: RunStats) -> HealthReport:
     """Reduce rows (in input order, already placed) to the summary and report bytes."""
     ignored_set = frozenset(ignored)
     if "rollout_duplicate_identity" not in ignored_set:
@@ -141,16 +141,12 @@ def build_report(rows: list[RowResult], ignored: tuple[str, ...]) -> HealthRepor
             issues[flag] += 1
         tasks[str(task)] = entry  # an int and a str task with the same text share one key
 
-    status_counts: Counter[str] = Counter()
-    for row in rows:
-        status_counts.update(row.stats.failed_statuses)
-    row_stats = [row.stats for row in rows]
     summary = {
         "run": {
             "ignored_checks": sorted(ignored),
             "artifacts": {
                 "records": len(rows),
-                "captures": sum(stats.captures for stats in row_stats),
+                "captures": stats.captures,
                 "coverage": coverage,
             },
             "verdicts": {
@@ -161,20 +157,17 @@ def build_report(rows: list[RowResult], ignored: tuple[str, ...]) -> HealthRepor
             "issues": issues,
             "stats": {
                 "model_call_errors": {
-                    "total": sum(status_counts.values()),
-                    "by_status": dict(sorted(status_counts.items())),
-                    "rollouts_affected": sum(bool(stats.failed_statuses) for stats in row_stats),
-                    "ended_on_error": sum(stats.ended_on_error for stats in row_stats),
+                    "total": sum(stats.failed_statuses.values()),
+                    "by_status": dict(sorted(stats.failed_statuses.items())),
+                    "rollouts_affected": stats.rollouts_affected,
+                    "ended_on_error": stats.ended_on_error,
                 },
-                "duplicated_calls": {
-                    "replayed": sum(stats.replayed for stats in row_stats),
-                    "rollouts": sum(stats.replayed > 0 for stats in row_stats),
-                },
+                "duplicated_calls": {"replayed": stats.replayed, "rollouts": stats.replayed_rollouts},
                 "tokens": {
-                    "prompt": sum(stats.prompt for stats in row_stats),
-                    "completion": sum(stats.completion for stats in row_stats),
-                    "capture_prompt": sum(stats.capture_prompt for stats in row_stats),
-                    "capture_completion": sum(stats.capture_completion for stats in row_stats),
+                    "prompt": stats.prompt,
+                    "completion": stats.completion,
+                    "capture_prompt": stats.capture_prompt,
+                    "capture_completion": stats.capture_completion,
                 },
             },
         },

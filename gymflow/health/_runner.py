@@ -19,7 +19,7 @@ from pathlib import PurePath
 
 from gymflow import storage
 from gymflow.errors import InputError, UsageError
-from gymflow.health._evaluate import RowResult, evaluate_line, is_blank
+from gymflow.health._evaluate import RowResult, RunStats, evaluate_line, is_blank
 from gymflow.health._registry import normalize_ignored
 from gymflow.health._report import HealthReport, build_report
 
@@ -46,6 +46,7 @@ class RangeResult:
     byte_range: ByteRange
     rows: list[RowResult]
     physical_lines: int
+    stats: RunStats
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,23 +98,26 @@ def evaluate_range(
     """Evaluate every non-blank line starting in one byte range, with range-local numbering."""
     ignored_set = frozenset(ignored)
     rows: list[RowResult] = []
+    stats = RunStats()
     physical = 0
     for _, line in storage.iter_lines(byte_range.path, byte_range.start, byte_range.end):
         physical += 1
         if not is_blank(line):
-            rows.append(evaluate_line(line, physical, len(rows), ignored_set))
+            rows.append(evaluate_line(line, physical, len(rows), ignored_set, stats))
         if progress is not None:
             progress(len(line))
-    return RangeResult(byte_range, rows, physical)
+    return RangeResult(byte_range, rows, physical, stats)
 
 
 def finish(plan_: HealthPlan, results: Sequence[RangeResult]) -> HealthReport:
     """Place range-local rows in input order and reduce them to the report."""
     ordered = sorted(results, key=lambda r: (r.byte_range.source_index, r.byte_range.start))
     rows: list[RowResult] = []
+    stats = RunStats()
     line_offset = 0
     current_source = -1
     for result in ordered:
+        stats.add(result.stats)
         source = result.byte_range.source_index
         if source != current_source:
             current_source, line_offset = source, 0
@@ -125,7 +129,7 @@ def finish(plan_: HealthPlan, results: Sequence[RangeResult]) -> HealthReport:
             row.place(source, name, line_offset, ordinal_offset)
         rows += result.rows
         line_offset += result.physical_lines
-    return build_report(rows, plan_.ignored)
+    return build_report(rows, plan_.ignored, stats)
 
 
 def _evaluate_in_worker(byte_range: ByteRange, ignored: tuple[str, ...]) -> RangeResult:
