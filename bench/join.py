@@ -11,7 +11,8 @@ pre-join run directory with :mod:`bench.join_corpus` (cached under ``bench/_corp
   interpreter start-up and imports.
 
 It prints ``ratio = join / parse`` (target <= 2.0) and the peak RSS (target <= 300 MB, flat from
-5k to 20k). Usage: ``python -m bench.join [--sizes 5000 20000] [--seed 0] [--repeat 2]``.
+5k to 20k), and the same ratio in CPU seconds, which a machine shared with other work distorts less.
+Usage: ``python -m bench.join [--sizes 5000 20000] [--seed 0] [--repeat 2] [--workers N]``.
 """
 
 from __future__ import annotations
@@ -50,9 +51,12 @@ direct.run_join = timed
 import gymflow.cli.join as cli_join
 cli_join.run_join = timed
 code = main(sys.argv[1:])
-rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-workers = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
-report = {"code": code, "imports": t1 - t0, "join": timing.get("join"), "rss": rss, "worker_rss": workers}
+me = resource.getrusage(resource.RUSAGE_SELF)
+kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+report = {
+    "code": code, "imports": t1 - t0, "join": timing.get("join"), "rss": me.ru_maxrss * 1024,
+    "worker_rss": kids.ru_maxrss * 1024, "cpu": me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime,
+}
 print(json.dumps(report), file=sys.stderr)
 """
 
@@ -70,9 +74,10 @@ def corpus(rows: int, seed: int) -> Path:
     return run_dir
 
 
-def parse_all(run_dir: Path) -> tuple[float, int]:
-    """Seconds to ``orjson.loads`` every rollout line and every capture line; bytes parsed."""
+def parse_all(run_dir: Path) -> tuple[float, float, int]:
+    """Wall and CPU seconds to ``orjson.loads`` every rollout and capture line; bytes parsed."""
     start = time.perf_counter()
+    cpu = time.process_time()
     total = 0
     with open(run_dir / "rollouts.jsonl", "rb") as f:
         for line in f:
@@ -87,7 +92,7 @@ def parse_all(run_dir: Path) -> tuple[float, int]:
         for line in data.split(b"\n"):
             if line.strip():
                 orjson.loads(line)
-    return time.perf_counter() - start, total
+    return time.perf_counter() - start, time.process_time() - cpu, total
 
 
 def join_once(run_dir: Path, workers: int) -> dict[str, float]:
@@ -124,17 +129,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     for size in args.sizes:
         run_dir = corpus(size, args.seed)
         parses = [parse_all(run_dir) for _ in range(args.repeat)]
-        parse_s, nbytes = min(parses)
+        parse_s, parse_cpu, nbytes = min(parses)
         joins = [join_once(run_dir, args.workers) for _ in range(args.repeat)]
         best = min(joins, key=lambda j: j["wall"])
         out_bytes = (run_dir / "rollouts_joined.jsonl").stat().st_size
         rows.append((size, nbytes, out_bytes, parse_s, best))
+        cpu = min(j["cpu"] for j in joins)
         print(
             f"{size:>6} rollouts, {args.workers} workers: input {nbytes / 2**20:.1f} MiB, "
             f"output {out_bytes / 2**20:.1f} MiB; parse {parse_s:.2f}s, join {best['wall']:.2f}s "
             f"(in-process {best['join']:.2f}s); ratio = join / parse = {best['wall'] / parse_s:.2f} "
             f"(in-process {best['join'] / parse_s:.2f}); peak RSS {best['rss'] / 1e6:.1f} MB "
-            f"(largest worker {best['worker_rss'] / 1e6:.1f} MB)"
+            f"(largest worker {best['worker_rss'] / 1e6:.1f} MB); CPU time: parse {parse_cpu:.2f}s, "
+            f"join {cpu:.2f}s (whole process, all workers), ratio {cpu / parse_cpu:.2f}"
         )
     if len(rows) > 1:
         first, last = rows[0][4]["rss"], rows[-1][4]["rss"]
