@@ -19,8 +19,6 @@ from gymflow.config import GymflowConfig
 from gymflow.errors import GymflowError, UsageError
 from gymflow.health import HealthOutcome, default_workers, normalize_ignored
 
-PROG_ERROR_EXIT = 2
-
 
 def _check_list(value: str) -> list[str]:
     items = [item.strip() for item in value.split(",")]

@@ -55,7 +55,6 @@ class HealthPlan:
     ranges: tuple[ByteRange, ...]
     workers: int
     ignored: tuple[str, ...]
-    total_bytes: int
 
 
 def default_workers() -> int:
@@ -81,15 +80,13 @@ def plan(
             raise InputError(f"Rollout JSONL not found: {path}")
     limit = default_workers() if workers is None else workers
     ranges: list[ByteRange] = []
-    total = 0
     for index, path in enumerate(paths):
         size = storage.size(path)
-        total += size
         parts = 1 if limit <= 1 else max(1, min(MAX_RANGES_PER_FILE, math.ceil(size / RANGE_BYTES)))
         ranges += [ByteRange(index, path, start, end) for start, end in storage.split_ranges(path, parts)]
     if workers is not None and workers < 1:
         raise UsageError("workers must be at least 1")
-    return HealthPlan(tuple(paths), tuple(ranges), limit, ignored, total)
+    return HealthPlan(tuple(paths), tuple(ranges), limit, ignored)
 
 
 def evaluate_range(
