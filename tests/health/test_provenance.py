@@ -104,3 +104,17 @@ def test_record_lists_inputs_outputs_and_parameters(rollouts: Path, tmp_path: Pa
         "workers": 1,
     }
     assert provenance.verify(str(tmp_path / "quality_summary.provenance.json"))
+
+
+def test_an_input_of_another_size_is_redone_without_waiting_for_its_hash(
+    rollouts: Path, tmp_path: Path
+) -> None:
+    run_health([str(rollouts)])
+    with rollouts.open("ab") as handle:
+        handle.write(b"[]\n")
+    outcome = run_health([str(rollouts)])
+    assert not outcome.up_to_date
+    assert outcome.summary["run"]["artifacts"]["records"] == 3
+    rec = json.loads((tmp_path / "quality_summary.provenance.json").read_text())
+    assert rec["inputs"][0]["bytes"] == rollouts.stat().st_size
+    assert main(["provenance", "verify", str(tmp_path / "quality_summary.json")]) == 0
