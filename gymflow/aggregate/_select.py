@@ -44,11 +44,17 @@ def materialized_path(shard: str) -> str:
     return _sibling(shard, f"{stem(shard)}_materialized_inputs.jsonl")
 
 
+HEALTH_REPORTS = ("quality_summary.json", "rollout_verdicts.jsonl", "quality_summary.provenance.json")
+
+
 def derived_outputs(output: str) -> list[str]:
-    """Files this command writes or derives from ``output``: never read back as shards."""
+    """Files this command writes next to ``output`` (merged file, metrics, sidecar, records, health
+    reports): never read back as shards, so a glob that covers the output directory still works."""
     from gymflow.provenance import record_path
 
-    return [output, metrics_path(output), failures_path(output), record_path(output)]
+    directory = storage.parent(output)
+    reports = [storage.join(directory, name) for name in HEALTH_REPORTS]
+    return [output, metrics_path(output), failures_path(output), record_path(output), *reports]
 
 
 def split_patterns(input_glob: str) -> list[str]:

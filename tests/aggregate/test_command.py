@@ -112,8 +112,10 @@ def test_07_merged_sorted_compact_and_kept_when_metrics_fail(two_shards: Path) -
 
 def test_08_output_inside_the_glob_is_not_reread(two_shards: Path) -> None:
     out = f"{two_shards}/s/merged.jsonl"
-    run(f"{two_shards}/s/*", out)
-    outcome, lines = run(f"{two_shards}/s/*", out, use_cache=False)
+    run(f"{two_shards}/s/*", out, health_check=True)
+    assert (two_shards / "s" / "quality_summary.json").exists()
+    outcome, lines = run(f"{two_shards}/s/*", out, use_cache=False, health_check=True)
+    assert outcome.shards == [f"{two_shards}/s/a.jsonl", f"{two_shards}/s/b.jsonl"]
     assert "Loaded 9 rollout record(s) from 2 shard(s)" in lines
     assert len(read_jsonl(out)) == 9
 
