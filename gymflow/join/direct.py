@@ -42,10 +42,19 @@ def _store(settings: JoinSettings) -> CaptureStore | None:
     return None if settings.capture_dir is None else CaptureStore(settings.capture_dir)
 
 
+def _range_lines(url: str, start: int, end: int) -> Iterator[tuple[int, bytes]]:
+    """``(offset, line)`` of a range whose bounds are line starts (as ``split_ranges`` makes them)."""
+    data = storage.read_range(url, start, end)
+    offset = start
+    for line in data.split(b"\n"):
+        yield offset, line
+        offset += len(line) + 1
+
+
 def join_chunk(settings: JoinSettings, start: int, end: int) -> tuple[bytes, JoinStats]:
     """Joined output lines and counts of the rows starting in ``[start, end)`` (a worker's job)."""
     stats = JoinStats()
-    lines = storage.iter_lines(settings.rollouts, start, end)
+    lines = _range_lines(settings.rollouts, start, end)
     data = b"".join(join_lines(lines, _store(settings), stats, perf=settings.perf, source=settings.rollouts))
     return data, stats
 
