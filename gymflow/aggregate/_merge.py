@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import mmap
 import os
 from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import ExitStack
 
 import orjson
 
@@ -35,15 +38,25 @@ def _os_path(url: str) -> str:
 
 
 def merged_lines(scans: Sequence[ShardScan]) -> Iterator[bytes]:
-    """The merged file's bytes, in batches of a few MB."""
-    handles: dict[int, int] = {}
-    try:
+    """The merged file's bytes, in batches of a few MB.
+
+    Shards are memory-mapped: slicing a row out does not release the GIL (a ``pread`` per row
+    would, and then wait for the metrics computation running on the main thread each time).
+    """
+    with ExitStack() as stack:
+        views: dict[int, mmap.mmap | bytes] = {}
         for scan in scans:
-            handles[scan.index] = os.open(_os_path(scan.source), os.O_RDONLY)
+            handle = stack.enter_context(open(_os_path(scan.source), "rb"))
+            if os.fstat(handle.fileno()).st_size == 0:
+                views[scan.index] = b""
+            else:
+                views[scan.index] = stack.enter_context(
+                    mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+                )
         batch: list[bytes] = []
         size = 0
         for scan, row in sorted_rows(scans):
-            data = os.pread(handles[scan.index], row.length, row.offset)
+            data = views[scan.index][row.offset : row.offset + row.length]
             if row.compact:
                 line = data if data.endswith(b"\n") else data + b"\n"
             else:
@@ -55,9 +68,6 @@ def merged_lines(scans: Sequence[ShardScan]) -> Iterator[bytes]:
                 batch, size = [], 0
         if batch:
             yield b"".join(batch)
-    finally:
-        for handle in handles.values():
-            os.close(handle)
 
 
 def _parse(data: bytes) -> object:
@@ -72,13 +82,23 @@ def write_merged(scans: Sequence[ShardScan], output: str) -> FileDigest:
     """Write all rows of ``scans`` to ``output`` in merge order, atomically; return its digest."""
     digest = hashlib.sha256()
     size = 0
+    # Hash on a helper thread while this one writes: both release the GIL on large buffers.
+    hasher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gymflow-merge-hash")
+    hashing: list[Future[None]] = []
 
     def hashed() -> Iterator[bytes]:
         nonlocal size
         for chunk in merged_lines(scans):
-            digest.update(chunk)
+            hashing.append(hasher.submit(digest.update, chunk))
+            if len(hashing) > 4:
+                hashing.pop(0).result()
             size += len(chunk)
             yield chunk
 
-    storage.write_atomic_lines(output, hashed())
+    try:
+        storage.write_atomic_lines(output, hashed())
+        for future in hashing:
+            future.result()
+    finally:
+        hasher.shutdown(wait=True)
     return FileDigest(storage.to_uri(output), digest.hexdigest(), size)

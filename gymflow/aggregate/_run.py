@@ -128,7 +128,9 @@ class AggregateOutcome:
 def scan_part(shard: str, index: int, options: AggregateOptions, spool_dir: str | None) -> ShardPart:
     """Read one shard (hash, parse, facts) and its sidecars."""
     with paused_gc():
-        scan = scan_shard(shard, index, options.settings.pass_majority, options.agent_environments, spool_dir)
+        settings = options.settings
+        track = bool(settings.count_failure_classes_as_zero or settings.count_missing_rollouts_as_zero)
+        scan = scan_shard(shard, index, settings.pass_majority, options.agent_environments, spool_dir, track)
     keys = {(row.facts.task, row.facts.rollout) for row in scan.rows}
     return ShardPart(scan, read_sidecars(shard, keys, options.agent_environments))
 

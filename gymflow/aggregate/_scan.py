@@ -149,16 +149,31 @@ def _is_compact(obj: dict[str, Any], line: bytes) -> bool:
     return len(dumped) == end and line.startswith(dumped)
 
 
+def _lines(url: str) -> Iterator[tuple[int, bytes]]:
+    """(offset, line) of every line; local files through the C line reader."""
+    if not storage.is_local(url):
+        yield from storage.iter_lines(url)
+        return
+    offset = 0
+    with storage.open_read(url) as handle:
+        for line in handle:
+            yield offset, line
+            offset += len(line)
+
+
 def scan_shard(
     url: str,
     index: int,
     spec: ScoreSpec | None = None,
     agent_environments: Mapping[str, str] | None = None,
     spool_dir: str | None = None,
+    track_keys: bool = True,
 ) -> ShardScan:
     """Stream ``url`` once: SHA-256 of its bytes, and the facts of every non-blank line.
 
     ``spool_dir`` (used for non-local shards) receives a local copy of the bytes for the merge.
+    ``track_keys`` records the top-level keys each group's rows carry (only the count-as-zero
+    rules need them).
     Raises :class:`InputError` naming file and line for a malformed line or index.
     """
     environments = agent_environments or {}
@@ -190,30 +205,41 @@ def scan_shard(
         while len(pending) > 4:
             pending.pop(0).result()
 
+    loads = orjson.loads
+    decode_error = orjson.JSONDecodeError
+    rows = scan.rows
+    perf = scan.perf
     try:
         line_number = 0
-        for offset, line in storage.iter_lines(url):
+        for offset, line in _lines(url):
             line_number += 1
-            nbytes += len(line)
+            size = len(line)
+            nbytes += size
             batch.append(line)
-            batch_bytes += len(line)
+            batch_bytes += size
             if batch_bytes >= _HASH_BATCH:
                 flush()
             if not line or line.isspace():
                 continue
-            row = parse_line(url, line_number, line)
+            try:
+                row = loads(line)
+            except decode_error:
+                row = parse_line(url, line_number, line)
+            if type(row) is not dict:
+                row = parse_line(url, line_number, line)
             try:
                 facts = extract(row, spec)
             except InputError as exc:
                 raise InputError(f"{url!r} line {line_number}: {exc}") from None
             group = resolve_group(row, environments)
-            accumulator = scan.perf.get(group.key)
+            accumulator = perf.get(group.key)
             if accumulator is None:
-                accumulator = scan.perf[group.key] = PerfAccumulator()
+                accumulator = perf[group.key] = PerfAccumulator()
                 scan.row_keys[group.key] = set()
             accumulator.add(row.get("ng_perf"))
-            scan.row_keys[group.key].update(row)
-            scan.rows.append(ScanRow(facts, group, line_number, offset, len(line), _is_compact(row, line)))
+            if track_keys:
+                scan.row_keys[group.key].update(row)
+            rows.append(ScanRow(facts, group, line_number, offset, size, _is_compact(row, line)))
         flush()
         for future in pending:
             future.result()
