@@ -75,14 +75,6 @@ def _lines(text: str) -> list[str]:
     return text.split("\n")
 
 
-def _loads(line: str) -> Any:
-    try:
-        return orjson.loads(line)
-    except orjson.JSONDecodeError:
-        # 0.7.0 parses with the json module, which also takes NaN, Infinity and huge integers.
-        return json.loads(line)
-
-
 # str.strip() removes these ASCII characters too (bytes.strip() only the first six).
 _ASCII_SPACE: Final = b" \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f"
 
@@ -93,9 +85,11 @@ def parse_capture(data: bytes, *, payloads: bool = True) -> tuple[list[Obj], int
     if data.isascii():  # what 0.7.0's writer produces (json.dumps escapes non-ASCII): no decoding
         if b"\r" in data:
             data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-        lines = [line.strip(_ASCII_SPACE) for line in data.split(b"\n")]
+        lines = data.split(b"\n")
+        space: Any = _ASCII_SPACE
     else:
-        lines = [line.strip() for line in _lines(data.decode("utf-8"))]
+        lines = _lines(data.decode("utf-8"))
+        space = None
     records: list[Obj] = []
     invalid = 0
     position = 0
@@ -103,7 +97,20 @@ def parse_capture(data: bytes, *, payloads: bool = True) -> tuple[list[Obj], int
         if not line:
             continue
         try:
-            value = _loads(line)
+            value = orjson.loads(line)  # JSON whitespace around the line is allowed
+        except orjson.JSONDecodeError:
+            # Blank lines (by str.strip, which knows more whitespace) take no position; other
+            # lines go through the json module, as 0.7.0 reads them (NaN, huge integers).
+            stripped = line.strip(space)
+            if not stripped:
+                continue
+            try:
+                value = json.loads(stripped)
+            except ValueError:
+                invalid += 1
+                position += 1
+                continue
+        try:
             if not isinstance(value, dict):
                 raise TypeError("not an object")
             records.append(build_record(value, position, payloads=payloads))

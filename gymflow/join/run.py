@@ -135,7 +135,7 @@ def _parse_row(line: bytes, where: str) -> tuple[dict[str, Any], bool]:
 def _dump(row: dict[str, Any], fallback: bool) -> bytes:
     if not fallback:
         try:
-            return orjson.dumps(row) + b"\n"
+            return orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE)
         except TypeError:
             pass
     return json.dumps(row, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
@@ -155,14 +155,18 @@ def join_lines(
     writes nothing). A row error writes the input line unchanged.
     """
     for offset, line in lines:
-        text = line.strip()
-        if not text:
-            continue
-        where = f"{source} at byte {offset}"
-        row, fallback = _parse_row(text, where)
+        try:
+            row, fallback = orjson.loads(line), False
+        except orjson.JSONDecodeError:
+            text = line.strip()
+            if not text:
+                continue
+            row, fallback = _parse_row(text, f"{source} at byte {offset}")
+        if type(row) is not dict:
+            _parse_row(line.strip(), f"{source} at byte {offset}")  # raises the InputError
         outcome = join_row_outcome(row, store, perf=perf)
-        stats.add(outcome, where)
-        yield text + b"\n" if outcome.error is not None else _dump(outcome.row, fallback)
+        stats.add(outcome, f"{source} at byte {offset}")
+        yield line.strip() + b"\n" if outcome.error is not None else _dump(outcome.row, fallback)
     if store is not None:
         stats.files_read.extend(store.files_read)
         store.files_read.clear()

@@ -257,3 +257,12 @@ def test_capture_directory_on_s3(s3_bucket: str) -> None:
     missing = CaptureStore(storage.join(s3_bucket, "no-such-dir"))
     assert join(row(0, 0), missing)["ng_model_call_capture"]["gaps"] == NO_RECORDS  # type: ignore[arg-type]
     assert missing.missing
+
+
+def test_lines_are_stripped_and_parsed_as_python_does() -> None:
+    """str.strip() whitespace (form feed, \\x1c) and the json module's NaN are accepted, as in 0.7.0."""
+    nan_line = jsonl(L("c2")).decode().rstrip("\n")[:-1] + ', "x": NaN}'
+    data = b"\x0c" + jsonl(L("c1")) + b"\x1c\x1d\n" + nan_line.encode() + b"\n"
+    capture = join(row(1, 0), store(**{"1-0": data}))["ng_model_call_capture"]
+    assert [(c["model_call_id"], c["call_index"]) for c in capture["calls"]] == [("c1", 0), ("c2", 1)]
+    assert "gaps" not in capture
