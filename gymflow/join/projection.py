@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from gymflow.join import schema
+from gymflow.join import trajectory_schema as tschema
 from gymflow.join.identity import projection_identity
 from gymflow.join.refjoin import dedupe_gaps
 
@@ -43,7 +44,7 @@ def _capture_call(call: Obj) -> Obj:
     response = get("response")
     if response is None:
         response = get("response_raw")
-    metadata = {key: get(key) for key in schema.METADATA_KEYS if get(key) is not None}
+    metadata = {key: get(key) for key in tschema.METADATA_KEYS if get(key) is not None}
     if "response_status" not in metadata and isinstance(response, dict):
         status = response.get("status")
         if isinstance(status, str):
@@ -261,7 +262,7 @@ def project(row: Obj, bundle: Obj | None = None, *, owned_calls: bool = False) -
     raw = row.get("ng_trajectory")
     if isinstance(raw, dict):
         try:
-            producer = schema.trajectory(raw)
+            producer = tschema.trajectory(raw)
         except Exception as exc:  # noqa: BLE001 - reported as a gap, as 0.7.0 does
             gaps.append(_gap("producer_trajectory_invalid", type(exc).__name__))
         else:
@@ -321,9 +322,9 @@ def project(row: Obj, bundle: Obj | None = None, *, owned_calls: bool = False) -
                 for key in _TOP_LEVEL:
                     if new[key] is not None:
                         target[key] = new[key]
-                model_calls[position] = schema.model_call(target)
+                model_calls[position] = tschema.model_call(target)
             else:
-                model_calls.append(schema.model_call(new))
+                model_calls.append(tschema.model_call(new))
         capture_gaps = capture.get("gaps")
         for item in capture_gaps if isinstance(capture_gaps, list) else ():
             if not isinstance(item, dict):
@@ -352,5 +353,5 @@ def project(row: Obj, bundle: Obj | None = None, *, owned_calls: bool = False) -
         "tool_calls": tool_calls,
         "gaps": dedupe_gaps(gaps),
     }
-    schema.check_trajectory(trajectory)
+    tschema.check_trajectory(trajectory)
     return trajectory
