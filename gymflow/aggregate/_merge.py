@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import mmap
 import os
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import ExitStack
 
 import orjson
 
@@ -38,25 +36,16 @@ def _os_path(url: str) -> str:
 
 
 def merged_lines(scans: Sequence[ShardScan]) -> Iterator[bytes]:
-    """The merged file's bytes, in batches of a few MB.
-
-    Shards are memory-mapped: slicing a row out does not release the GIL (a ``pread`` per row
-    would, and then wait for the metrics computation running on the main thread each time).
-    """
-    with ExitStack() as stack:
-        views: dict[int, mmap.mmap | bytes] = {}
+    """The merged file's bytes, in batches of a few MB (rows read with ``pread``: memory-mapping
+    the shards would count their pages in the process's resident memory)."""
+    handles: dict[int, int] = {}
+    try:
         for scan in scans:
-            handle = stack.enter_context(open(_os_path(scan.source), "rb"))
-            if os.fstat(handle.fileno()).st_size == 0:
-                views[scan.index] = b""
-            else:
-                views[scan.index] = stack.enter_context(
-                    mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
-                )
+            handles[scan.index] = os.open(_os_path(scan.source), os.O_RDONLY)
         batch: list[bytes] = []
         size = 0
         for scan, row in sorted_rows(scans):
-            data = views[scan.index][row.offset : row.offset + row.length]
+            data = os.pread(handles[scan.index], row.length, row.offset)
             if row.compact:
                 line = data if data.endswith(b"\n") else data + b"\n"
             else:
@@ -68,6 +57,9 @@ def merged_lines(scans: Sequence[ShardScan]) -> Iterator[bytes]:
                 batch, size = [], 0
         if batch:
             yield b"".join(batch)
+    finally:
+        for handle in handles.values():
+            os.close(handle)
 
 
 def _parse(data: bytes) -> object:

@@ -50,6 +50,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 COMMAND = "eval aggregate"
+_BYTES_PER_WORKER = 256 * 2**20
 HEALTH_FAILED = "Rollout health checks failed after aggregation; aggregate artifacts are still available."
 
 Echo = Callable[[str], None]
@@ -146,6 +147,12 @@ def scan_all(shards: Sequence[str], options: AggregateOptions, spool_dir: str | 
     # Remote shards are read serially: network-bound, and storage options (sessions, credentials)
     # need not survive pickling into another process.
     if workers <= 1 or not all(storage.is_local(shard) for shard in shards):
+        return [scan_part(shard, index, options, spool_dir) for index, shard in enumerate(shards)]
+    # A worker costs a process start and imports (~0.5 s): worth it only for sizeable inputs.
+    if options.workers is None:
+        total = sum(storage.size(shard) for shard in shards)
+        workers = min(workers, max(1, total // _BYTES_PER_WORKER))
+    if workers <= 1:
         return [scan_part(shard, index, options, spool_dir) for index, shard in enumerate(shards)]
     try:
         pool = ProcessPoolExecutor(

@@ -12,9 +12,10 @@ import random
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
+if TYPE_CHECKING:
+    import httpx
 
 from gymflow.aggregate._scan import GroupRef
 from gymflow.errors import GymflowError
@@ -137,6 +138,8 @@ def post_metrics(
     sleep: Callable[[float], None] = time.sleep,
 ) -> dict[str, Any]:
     """POST one group's rows; retry transport errors, 429 and 5xx; return the JSON answer."""
+    import httpx
+
     detail = "no attempt made"
     for attempt in range(1, settings.max_attempts + 1):
         response: httpx.Response | None = None
@@ -174,6 +177,8 @@ def server_entries(
     transport: httpx.BaseTransport | None = None,
 ) -> list[dict[str, Any]]:
     """Replace each entry's blocks by its resources server's answer (labels and order kept)."""
+    import httpx
+
     urls = resources_server_urls(config)
     out: list[dict[str, Any]] = []
     with httpx.Client(timeout=httpx.Timeout(settings.timeout_s), transport=transport) as client:
