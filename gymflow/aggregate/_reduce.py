@@ -13,7 +13,7 @@ from typing import Any
 
 from gymflow.aggregate._metrics import group_metrics
 from gymflow.aggregate._rows import RowFacts, ScoreSpec, extract
-from gymflow.aggregate._scan import GroupRef, ShardScan
+from gymflow.aggregate._scan import GroupRef, ShardScan, paused_gc
 from gymflow.aggregate._sidecars import ShardSidecars
 from gymflow.errors import InputError
 from gymflow.perf_summary import PerfAccumulator
@@ -109,6 +109,15 @@ def reduce_shards(
 
     Raises :class:`InputError` for a rollout identity that occurs twice (naming both places).
     """
+    with paused_gc():
+        return _reduce(scans, sidecars, settings)
+
+
+def _reduce(
+    scans: Sequence[ShardScan],
+    sidecars: Sequence[ShardSidecars],
+    settings: ReduceSettings,
+) -> Reduction:
     _duplicate_check(scans)
     lines: list[str] = []
     warnings: list[str] = []
