@@ -49,7 +49,7 @@ def merged_lines(scans: Sequence[ShardScan]) -> Iterator[bytes]:
             if row.compact:
                 line = data if data.endswith(b"\n") else data + b"\n"
             else:
-                line = orjson.dumps(_parse(data)) + b"\n"
+                line = _compact(_parse(data)) + b"\n"
             batch.append(line)
             size += len(line)
             if size >= _BATCH:
@@ -60,6 +60,13 @@ def merged_lines(scans: Sequence[ShardScan]) -> Iterator[bytes]:
     finally:
         for handle in handles.values():
             os.close(handle)
+
+
+def _compact(value: object) -> bytes:
+    try:
+        return orjson.dumps(value)
+    except TypeError:  # integers beyond 64 bits
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 def _parse(data: bytes) -> object:

@@ -7,6 +7,7 @@ runs them in-process. Progress text goes to an ``echo`` callback; the core never
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import multiprocessing
 import os
@@ -219,8 +220,14 @@ def apply_server_metrics(reduction: Reduction, options: AggregateOptions, shards
 
 
 def metrics_bytes(entries: Sequence[Mapping[str, Any]]) -> bytes:
-    """The metrics file: a JSON array with 2-space indentation (orjson: one buffer, no str copy)."""
-    return orjson.dumps(entries, option=orjson.OPT_INDENT_2)
+    """The metrics file: a JSON array with 2-space indentation (orjson: one buffer, no str copy).
+
+    Integers beyond 64 bits (orjson's limit) and non-finite floats fall back to the json module.
+    """
+    try:
+        return orjson.dumps(entries, option=orjson.OPT_INDENT_2)
+    except TypeError:
+        return json.dumps(entries, indent=2).encode()
 
 
 def cache_key(options: AggregateOptions, inputs: Sequence[tuple[str, provenance.FileDigest]]) -> str:

@@ -400,3 +400,18 @@ def test_04_s3_glob_merge_metrics_health_and_provenance(two_shards: Path, s3_buc
     assert all(check.status == "ok" for check in provenance.verify(f"{s3_bucket}/out/merged.provenance.json"))
     again, _ = run(f"{s3_bucket}/run/reverified_*.jsonl", f"{s3_bucket}/out/merged.jsonl")
     assert again.up_to_date
+
+
+def test_integers_beyond_64_bits_are_kept(tmp_path: Path) -> None:
+    huge = 2**64 + 5
+    shard = tmp_path / "s.jsonl"
+    shard.write_text(f'{{"_ng_task_index": 0, "reward": 1.0, "tokens": {huge}}}\n')
+    outcome, _ = run(str(shard), str(tmp_path / "o" / "m.jsonl"))
+    assert outcome.entries[0]["agent_metrics"]["max/tokens"] == huge
+    assert json.loads((tmp_path / "o" / "m.jsonl").read_text())["tokens"] == huge
+    assert (
+        json.loads((tmp_path / "o" / "m_aggregate_metrics.json").read_text())[0]["agent_metrics"][
+            "max/tokens"
+        ]
+        == huge
+    )
