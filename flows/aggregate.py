@@ -61,13 +61,12 @@ def aggregate_flow(options: AggregateOptions, storage_options: dict[str, Any] | 
     lines.extend(f"  - {shard}" for shard in shards)
     if core.is_up_to_date(shards, options):
         outcome.up_to_date = True
-        lines.append(
-            f"Aggregate outputs are up to date (provenance record {options.record_path}); nothing to do"
-        )
+        lines.append(core.up_to_date_line(options))
         outcome.health_lines, outcome.health_error = core.run_health_after(options, shards)
         lines.extend(outcome.health_lines)
         return FlowOutcome(outcome, lines)
     spool_dir = tempfile.mkdtemp(prefix="gymflow-aggregate-")
+    merged = None
     try:
         futures = [
             tasks.scan_shard.submit(shard, index, options, spool_dir, storage.current_options())
@@ -77,12 +76,12 @@ def aggregate_flow(options: AggregateOptions, storage_options: dict[str, Any] | 
         lines.append(core.loaded_line(parts))
         if options.merge_shards:
             lines.append(f"Merging shards into {options.output}")
-            tasks.merge_shards(parts, options.output)
+            merged = tasks.merge_shards(parts, options.output)
     finally:
         shutil.rmtree(spool_dir, ignore_errors=True)
     reduction = tasks.reduce_metrics(parts, options)
     core.apply_server_metrics(reduction, options, shards)
-    tasks.write_outputs(parts, reduction, options, _orchestrator(), started_at)
+    tasks.write_outputs(parts, reduction, options, _orchestrator(), started_at, merged)
     core.report_run(reduction, options, outcome, lines.append)
     _publish(outcome)
     return FlowOutcome(outcome, lines)

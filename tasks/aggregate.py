@@ -15,6 +15,7 @@ from prefect.cache_policies import NO_CACHE
 
 from gymflow import aggregate, storage
 from gymflow.aggregate import AggregateOptions, Reduction, ShardPart
+from gymflow.provenance import FileDigest
 
 # Up-to-date checks use the provenance record (core); Prefect's input hashing would only cost time.
 IO_RETRIES: dict[str, Any] = {"retries": 2, "retry_delay_seconds": [1, 5], "cache_policy": NO_CACHE}
@@ -29,8 +30,8 @@ def scan_shard(
 
 
 @task(name="merge-shards", **IO_RETRIES)
-def merge_shards(parts: Sequence[ShardPart], output: str) -> None:
-    aggregate.write_merged([part.scan for part in parts], output)
+def merge_shards(parts: Sequence[ShardPart], output: str) -> FileDigest:
+    return aggregate.write_merged([part.scan for part in parts], output)
 
 
 @task(name="reduce-metrics", cache_policy=NO_CACHE)
@@ -45,5 +46,6 @@ def write_outputs(
     options: AggregateOptions,
     orchestrator: Mapping[str, Any],
     started_at: str,
+    merged: FileDigest | None = None,
 ) -> None:
-    aggregate.write_outputs(parts, reduction, options, orchestrator, started_at)
+    aggregate.write_outputs(parts, reduction, options, orchestrator, started_at, merged)
