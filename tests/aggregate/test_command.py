@@ -412,3 +412,17 @@ def test_integers_beyond_64_bits(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "o" / "m.jsonl").read_text())["tokens"] == huge
     metrics = json.loads((tmp_path / "o" / "m_aggregate_metrics.json").read_text())
     assert metrics[0]["agent_metrics"]["mean/tokens"] == float(huge)
+
+
+def test_config_environment_server_fronting_an_agent_groups_rows(two_shards: Path, tmp_path: Path) -> None:
+    config = tmp_path / "gym.yaml"
+    config.write_text(
+        "mcqa_env:\n  environment_servers:\n    legacy_agent:\n      agent: {name: mcqa_simple_agent}\n"
+        "      resources_server: {name: mcqa}\n"
+    )
+    out = two_shards / "env" / "m.jsonl"
+    args = ["eval", "aggregate", "-i", f"{two_shards}/s/*.jsonl", "-o", str(out), "--config", str(config)]
+    assert main([*args, "--direct", "--no-health-check", "--workers", "1"]) == 0
+    (entry,) = json.loads((out.parent / "m_aggregate_metrics.json").read_text())
+    assert entry["agent_ref"] == {"name": "mcqa_simple_agent"}
+    assert entry["_ng_environment_server"] == "mcqa_env"
