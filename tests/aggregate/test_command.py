@@ -426,3 +426,14 @@ def test_config_environment_server_fronting_an_agent_groups_rows(two_shards: Pat
     (entry,) = json.loads((out.parent / "m_aggregate_metrics.json").read_text())
     assert entry["agent_ref"] == {"name": "mcqa_simple_agent"}
     assert entry["_ng_environment_server"] == "mcqa_env"
+
+
+def test_output_edited_by_hand_is_redone(two_shards: Path) -> None:
+    out = two_shards / "o" / "m.jsonl"
+    first, _ = run(f"{two_shards}/s/*.jsonl", str(out))
+    original = out.read_bytes()
+    out.write_bytes(original.replace(b'"reward":1.0', b'"reward":0.5', 1))
+    assert main(["provenance", "verify", first.record_path]) == 1
+    again, lines = run(f"{two_shards}/s/*.jsonl", str(out))
+    assert not again.up_to_date and out.read_bytes() == original
+    assert main(["provenance", "verify", again.record_path]) == 0
