@@ -70,7 +70,7 @@ def register(eval_commands: argparse._SubParsersAction) -> None:  # type: ignore
         type=int,
         default=None,
         metavar="N",
-        help="parallel processes or tasks (default: min(CPUs, 8))",
+        help="--direct: worker processes (default 1); Prefect: parallel tasks (default min(CPUs, 8))",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="show Prefect's and gymflow's logs")
     parser.add_argument("--direct", action="store_true", help="run in-process, without Prefect")
@@ -118,7 +118,7 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace, extras: Seque
         parser.error(str(exc))
     try:
         if args.direct:
-            result = run_join(settings, use_cache=not args.no_cache, workers=_workers(args.workers))
+            result = run_join(settings, use_cache=not args.no_cache, workers=args.workers or 1)
         else:
             result = _run_flow(config, settings, args.workers, not args.no_cache, args.verbose)
     except GymflowError as exc:
