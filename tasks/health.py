@@ -1,6 +1,6 @@
 """Prefect tasks of the health check: each a few lines around one core call.
 
-I/O tasks retry with backoff; pure computation does not. Range evaluation is cached by the
+I/O tasks retry with backoff; pure computation does not. Only range evaluation is cached by the
 SHA-256 of the input, the byte range, the ignored checks and gymflow's version, so a rerun after a
 crash redoes only the ranges that did not finish. ``write_reports`` materialises the report files
 as Prefect assets (the flow names them per run), with the inputs as their dependencies.
@@ -13,6 +13,7 @@ from typing import Any
 
 from prefect import task
 from prefect.assets import materialize
+from prefect.cache_policies import NO_CACHE
 from prefect.context import TaskRunContext
 
 from gymflow import __version__, health, provenance
@@ -21,12 +22,12 @@ from gymflow.health import ByteRange, HealthPlan, HealthReport, RangeResult
 IO_RETRIES = {"retries": 3, "retry_delay_seconds": [1, 4, 10]}
 
 
-@task(name="hash-input", **IO_RETRIES)
+@task(name="hash-input", cache_policy=NO_CACHE, **IO_RETRIES)
 def hash_input(path: str) -> provenance.FileDigest:
     return provenance.digest(path)
 
 
-@task(name="plan-ranges", **IO_RETRIES)
+@task(name="plan-ranges", cache_policy=NO_CACHE, **IO_RETRIES)
 def plan_ranges(paths: Sequence[str], workers: int | None, ignored_checks: Sequence[str]) -> HealthPlan:
     return health.plan(paths, workers, ignored_checks)
 
@@ -47,12 +48,12 @@ def evaluate_range(byte_range: ByteRange, ignored: Sequence[str], input_sha256: 
     return health.evaluate_range(byte_range, ignored)
 
 
-@task(name="reduce-report")
+@task(name="reduce-report", cache_policy=NO_CACHE)
 def reduce_report(plan: HealthPlan, results: Sequence[RangeResult]) -> HealthReport:
     return health.finish(plan, results)
 
 
-@materialize("gymflow://health-reports", name="write-reports", **IO_RETRIES)
+@materialize("gymflow://health-reports", name="write-reports", cache_policy=NO_CACHE, **IO_RETRIES)
 def write_reports(
     plan: HealthPlan,
     report: HealthReport,

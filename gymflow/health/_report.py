@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,8 +24,32 @@ class HealthReport:
 
     summary: dict[str, Any]
     summary_bytes: bytes
-    verdict_bytes: bytes
+    rows: list[RowResult]
+    """The rows in report order."""
+    verdicts: list[Verdict]
     ignored: tuple[str, ...]
+
+    def verdict_lines(self) -> Iterator[bytes]:
+        """``rollout_verdicts.jsonl`` in chunks of lines (never held whole in memory)."""
+        encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+        batch: list[str] = []
+        for row, verdict in zip(self.rows, self.verdicts, strict=True):
+            out: dict[str, Any] = {
+                "_ng_task_index": row.task,
+                "_ng_rollout_index": row.rollout,
+                "rollout_id": row.rollout_id,
+                "verdict": verdict,
+                "findings": row.findings,
+                "unobserved": row.unobserved,
+            }
+            if row.stage is not None:
+                out["stage_index"] = row.stage
+            batch.append(encode(out))
+            if len(batch) == 1024:
+                yield ("\n".join(batch) + "\n").encode()
+                batch = []
+        if batch:
+            yield ("\n".join(batch) + "\n").encode()
 
     def console_line(self) -> str:
         run = self.summary["run"]
@@ -177,21 +201,7 @@ def build_report(rows: list[RowResult], ignored: tuple[str, ...], stats: RunStat
     order = sorted(
         range(len(rows)), key=lambda i: (_order(rows[i].task), _order(rows[i].rollout), _order(rows[i].stage))
     )
-    encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
-    lines = []
-    for i in order:
-        row = rows[i]
-        out: dict[str, Any] = {
-            "_ng_task_index": row.task,
-            "_ng_rollout_index": row.rollout,
-            "rollout_id": row.rollout_id,
-            "verdict": verdicts[i],
-            "findings": row.findings,
-            "unobserved": row.unobserved,
-        }
-        if row.stage is not None:
-            out["stage_index"] = row.stage
-        lines.append(encode(out))
-    verdict_text = "".join(line + "\n" for line in lines)
     summary_text = json.dumps(summary, indent=2, ensure_ascii=False)
-    return HealthReport(summary, summary_text.encode(), verdict_text.encode(), ignored)
+    return HealthReport(
+        summary, summary_text.encode(), [rows[i] for i in order], [verdicts[i] for i in order], ignored
+    )

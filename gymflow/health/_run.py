@@ -74,7 +74,7 @@ def cached_outcome(summary_url: str, record_url: str) -> HealthOutcome:
     with storage.open_read(summary_url) as handle:
         summary = json.loads(handle.read())
     ignored = tuple(summary["run"]["ignored_checks"])
-    line = HealthReport(summary, b"", b"", ignored).console_line()
+    line = HealthReport(summary, b"", [], [], ignored).console_line()
     return HealthOutcome(summary, summary_url, record_url, True, line)
 
 

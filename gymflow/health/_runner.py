@@ -181,6 +181,6 @@ def write_reports(report: HealthReport, report_dir: str) -> tuple[str, str]:
     """Write both report files atomically; returns their URLs (summary, verdicts)."""
     summary_url = storage.join(report_dir, "quality_summary.json")
     verdicts_url = storage.join(report_dir, "rollout_verdicts.jsonl")
-    storage.write_atomic(verdicts_url, report.verdict_bytes)
+    storage.write_atomic_lines(verdicts_url, report.verdict_lines())
     storage.write_atomic(summary_url, report.summary_bytes)
     return summary_url, verdicts_url
