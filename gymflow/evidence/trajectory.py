@@ -10,7 +10,10 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from gymflow.evidence.conversation import conversation_item
+from gymflow.evidence.lax import ValidationError as LaxValidationError
 
 MAX_FREE_FORM_DEPTH = 255
 """Deepest free-form value the reference can serialise; deeper ones make a trajectory unreadable."""
@@ -95,22 +98,6 @@ class TrajectoryTurn(_Strict):
     model_calls: list[ModelCallRef] = Field(default_factory=list)
 
 
-class _ConversationItem(BaseModel):
-    """A Responses-API input item. Only its being an object with a string ``type`` or ``role`` is
-    checked: the per-item schemas of the reference are not reproduced (see README, known gaps)."""
-
-    model_config = ConfigDict(extra="allow")
-
-    type: str | None = None
-    role: str | None = None
-
-    @model_validator(mode="after")
-    def _typed(self) -> _ConversationItem:
-        if self.type is None and self.role is None:
-            raise ValueError("a conversation item needs a type or a role")
-        return self
-
-
 class AgentInvocation(_Strict):
     kind: Literal["agent_invocation"] = "agent_invocation"
     invocation_id: str
@@ -120,7 +107,18 @@ class AgentInvocation(_Strict):
     status: Literal["completed", "failed", "incomplete", "unknown"] = "unknown"
     duration_ms: NonNegative | None = None
     model_calls: list[ModelCallRef] = Field(default_factory=list)
-    conversation: list[_ConversationItem] = Field(default_factory=list)
+    conversation: list[Any] = Field(default_factory=list)
+
+    @field_validator("conversation")
+    @classmethod
+    def _input_items(cls, items: list[Any]) -> list[Any]:
+        """Each item must be a Responses input item as 0.7.0 accepts it (see ``conversation``)."""
+        for item in items:
+            try:
+                conversation_item(item)
+            except LaxValidationError as exc:
+                raise ValueError(str(exc)) from None
+        return items
 
 
 class TrajectoryToolCall(_Strict):
@@ -219,7 +217,7 @@ def _free_form_values(record: TrajectoryRecord) -> list[Any]:
         values += (call.request, call.response)
     values += (tool.output for tool in record.tool_calls)
     for invocation in record.invocations:
-        values += (item.model_extra for item in invocation.conversation)
+        values += invocation.conversation
     return values
 
 

@@ -3,7 +3,7 @@
 Everything a reader derives from a line: the response id, token counts, cache figures, tool calls
 and reasoning text, by the *shape* of the response (Responses ``output``, Chat ``choices``,
 Anthropic ``content``), never by the line's ``dialect``. A type violation in a field copied from
-the line raises :class:`~gymflow.join._lax.ValidationError`: the line is invalid.
+the line raises :class:`~gymflow.evidence.lax.ValidationError`: the line is invalid.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any, Final, NoReturn
 
 import orjson
 
-from gymflow.join._lax import fail, lax_bool, lax_float, lax_int, opt_literal, opt_str
+from gymflow.evidence.lax import fail, lax_bool, lax_float, lax_int, opt_literal, opt_str
 from gymflow.join.schema import POLICY_TYPE, server_ref
 
 __all__ = ["PAYLOAD_KEYS", "build_record", "parse_arguments", "usage_counts"]

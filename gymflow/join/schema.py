@@ -3,14 +3,14 @@
 Each function takes a parsed JSON value and returns its full dump as 0.7.0 writes it: every field,
 nulls included, in the model's field order, with lax values coerced. Unknown keys are rejected
 (except in :func:`server_ref`, which drops them). Free-form values (``request``, ``output``, ...)
-are passed through by reference, never copied. Failures raise :class:`~gymflow.join._lax.ValidationError`.
+are passed through by reference, never copied. Failures raise :class:`~gymflow.evidence.lax.ValidationError`.
 """
 
 from __future__ import annotations
 
 from typing import Any, Final
 
-from gymflow.join._lax import (
+from gymflow.evidence.lax import (
     ValidationError,
     fail,
     lax_float,
@@ -21,7 +21,7 @@ from gymflow.join._lax import (
     opt_str,
     req_str,
 )
-from gymflow.join.conversation import conversation_item
+from gymflow.evidence.conversation import conversation_item
 
 __all__ = [
     "ValidationError",

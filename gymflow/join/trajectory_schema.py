@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from gymflow.join._lax import (
+from gymflow.evidence.lax import (
     ValidationError,
     fail,
     lax_bool,

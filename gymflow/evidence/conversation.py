@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from gymflow.join._lax import fail, opt_literal, opt_str, req_str
+from gymflow.evidence.lax import fail, opt_literal, opt_str, req_str
 
 __all__ = ["conversation_item"]
 
