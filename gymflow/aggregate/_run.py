@@ -10,7 +10,6 @@ import hashlib
 import json
 import logging
 import multiprocessing
-import os
 import pickle
 import shutil
 import tempfile
@@ -51,7 +50,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 COMMAND = "eval aggregate"
-_BYTES_PER_WORKER = 256 * 2**20
 HEALTH_FAILED = "Rollout health checks failed after aggregation; aggregate artifacts are still available."
 
 Echo = Callable[[str], None]
@@ -80,7 +78,7 @@ class AggregateOptions:
     server_config: Mapping[str, Any] = field(default_factory=dict)
     server: ServerSettings = field(default_factory=ServerSettings)
     workers: int | None = None
-    """Processes reading shards in the direct path (default min(CPUs, 8, shards)); no output effect."""
+    """Processes reading local shards in the direct path (default 1); no effect on outputs."""
 
     @property
     def metrics_path(self) -> str:
@@ -138,22 +136,17 @@ def scan_part(shard: str, index: int, options: AggregateOptions, spool_dir: str 
 
 
 def scan_all(shards: Sequence[str], options: AggregateOptions, spool_dir: str | None) -> list[ShardPart]:
-    """Scan every shard: in a process pool when there are several shards and CPUs, else serially.
+    """Scan every shard: serially by default, in a process pool with ``options.workers`` > 1.
 
-    The pool uses ``spawn`` (safe next to storage's I/O threads) and the current storage options.
-    If it cannot start, the shards are read serially (with a warning); results are identical.
+    One process is the default: on the measured 2-core machine a second one did not pay off (its
+    start, imports and the results' pickling ate the gain). The pool uses ``spawn`` (safe next to
+    storage's I/O threads) and reads local shards only; if it cannot start or breaks, the shards
+    are read serially (with a warning); results are identical either way.
     """
-    workers = options.workers if options.workers is not None else min(os.cpu_count() or 1, 8)
-    workers = min(workers, len(shards))
+    workers = min(options.workers or 1, len(shards))
     # Remote shards are read serially: network-bound, and storage options (sessions, credentials)
     # need not survive pickling into another process.
     if workers <= 1 or not all(storage.is_local(shard) for shard in shards):
-        return [scan_part(shard, index, options, spool_dir) for index, shard in enumerate(shards)]
-    # A worker costs a process start and imports (~0.5 s): worth it only for sizeable inputs.
-    if options.workers is None:
-        total = sum(storage.size(shard) for shard in shards)
-        workers = min(workers, max(1, total // _BYTES_PER_WORKER))
-    if workers <= 1:
         return [scan_part(shard, index, options, spool_dir) for index, shard in enumerate(shards)]
     try:
         pool = ProcessPoolExecutor(

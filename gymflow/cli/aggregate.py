@@ -88,7 +88,7 @@ def register(eval_commands: argparse._SubParsersAction) -> None:  # type: ignore
         "--workers",
         type=int,
         metavar="N",
-        help="processes reading shards with --direct (default min(CPUs, 8))",
+        help="processes reading local shards with --direct (default 1)",
     )
     parser.add_argument("--direct", action="store_true", help="run in-process, without Prefect")
     parser.add_argument(
