@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
+from concurrent.futures import Executor, ProcessPoolExecutor
 from contextlib import contextmanager
+from multiprocessing import get_context
 from typing import Any, TypeVar
 
 from prefect import Flow
 from prefect.events.worker import EventsWorker
 from prefect.logging.handlers import APILogWorker
 from prefect.settings import PREFECT_API_URL, PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
-from prefect.task_runners import ProcessPoolTaskRunner, TaskRunner
+from prefect.task_runners import ProcessPoolTaskRunner, TaskRunner, ThreadPoolTaskRunner
 
 from gymflow import storage
 from gymflow.config import RunnerConfig
@@ -59,6 +61,32 @@ def prefect_api() -> Iterator[str]:
         APILogWorker.drain_all(timeout=10, at_exit=False)
         del os.environ["PREFECT_API_URL"]
         server.stop()
+
+
+def offloading_runner(config: RunnerConfig, workers: int) -> tuple[TaskRunner[Any], int | None]:
+    """For flows whose tasks hand CPU work to a process pool of the flow's own (see
+    :func:`process_pool`): Prefect tasks on threads plus ``workers`` lean processes here, or
+    the Dask runner (tasks compute on its workers, no pool)."""
+    if config.kind == "dask":
+        return task_runner(config, workers), None
+    return ThreadPoolTaskRunner(max_workers=workers), workers
+
+
+@contextmanager
+def process_pool(workers: int | None) -> Iterator[Executor | None]:
+    """Worker processes that import gymflow's core only (not Prefect): they start in a fraction
+    of the time Prefect's process runner needs, whose workers each import and connect Prefect."""
+    if not workers:
+        yield None
+        return
+    pool = ProcessPoolExecutor(
+        max_workers=workers,
+        mp_context=get_context("spawn"),
+        initializer=storage.configure,
+        initargs=(storage.current_options(),),
+    )
+    with pool:
+        yield pool
 
 
 def run_flow(flow: Flow[..., R], runner: TaskRunner[Any], **parameters: Any) -> R:

@@ -13,6 +13,7 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.runtime import flow_run
 
 from gymflow import health, provenance, storage
+from gymflow.flows._runtime import process_pool
 from gymflow.health import HealthOutcome
 from gymflow.tasks import health as tasks
 
@@ -47,8 +48,12 @@ def health_check(
     ignored_checks: Sequence[str] = (),
     use_cache: bool = True,
     storage_options: dict[str, dict[str, Any]] | None = None,
+    offload_workers: int | None = None,
 ) -> HealthOutcome:
-    """Health-check rollout files and write reports and provenance into ``report_dir``."""
+    """Health-check rollout files and write reports and provenance into ``report_dir``.
+
+    With ``offload_workers``, range tasks hand their work to that many core-only processes.
+    """
     storage.configure(storage_options or {})
     started_at = provenance.timestamp()
     plan = tasks.plan_ranges(paths, workers, ignored_checks)
@@ -58,11 +63,15 @@ def health_check(
     if use_cache and provenance.up_to_date(record_url, health.cache_key(plan, inputs)):
         return health.cached_outcome(summary_url, record_url)
     sha_by_source = [digest.sha256 for digest in inputs]
-    futures = [
-        tasks.evaluate_range.submit(byte_range, plan.ignored, sha_by_source[byte_range.source_index])
-        for byte_range in plan.ranges
-    ]
-    report = tasks.reduce_report(plan, [future.result() for future in futures])
+    with process_pool(offload_workers and min(offload_workers, len(plan.ranges))) as pool:
+        futures = [
+            tasks.evaluate_range.submit(
+                byte_range, plan.ignored, sha_by_source[byte_range.source_index], pool
+            )
+            for byte_range in plan.ranges
+        ]
+        results = [future.result() for future in futures]
+    report = tasks.reduce_report(plan, results)
     write = tasks.write_reports.with_options(
         assets=[
             storage.to_uri(summary_url),

@@ -9,6 +9,7 @@ as Prefect assets (the flow names them per run), with the inputs as their depend
 from __future__ import annotations
 
 from collections.abc import Sequence
+from concurrent.futures import Executor
 from typing import Any
 
 from prefect import task
@@ -44,8 +45,12 @@ def _range_key(context: TaskRunContext, parameters: dict[str, Any]) -> str:
 
 
 @task(name="evaluate-range", cache_key_fn=_range_key, persist_result=True, **IO_RETRIES)
-def evaluate_range(byte_range: ByteRange, ignored: Sequence[str], input_sha256: str) -> RangeResult:
-    return health.evaluate_range(byte_range, ignored)
+def evaluate_range(
+    byte_range: ByteRange, ignored: Sequence[str], input_sha256: str, pool: Executor | None = None
+) -> RangeResult:
+    if pool is None:
+        return health.evaluate_range(byte_range, ignored)
+    return pool.submit(health.evaluate_range, byte_range, tuple(ignored)).result()
 
 
 @task(name="reduce-report", cache_policy=NO_CACHE)

@@ -149,13 +149,14 @@ def _run_flow(
     from gymflow.flows import _environment
 
     _environment.prepare(config.prefect, verbose)
-    from gymflow.flows._runtime import run_flow, task_runner
+    from gymflow.flows._runtime import offloading_runner, run_flow
     from gymflow.flows.health import health_check
 
-    limit = workers if workers is not None else default_workers()
+    runner, offload = offloading_runner(config.runner, workers if workers is not None else default_workers())
     outcome: HealthOutcome = run_flow(
         health_check,
-        task_runner(config.runner, limit),
+        runner,
+        offload_workers=offload,
         paths=[path],
         report_dir=run_dir,
         workers=workers,
