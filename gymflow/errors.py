@@ -1,10 +1,10 @@
 """gymflow's exception tree.
 
-    GymflowError                 root: every expected failure; the CLI prints it without a traceback
-    ├── UsageError               a command was called wrongly (exit 2, usage printed)
-    ├── InputError               an input file is missing or malformed (names file, line, field)
-    ├── StorageError             a storage backend failed (names the URL)
-    └── UnknownCheckError        a health check id is not registered (UsageError too)
+GymflowError                 root: every expected failure; the CLI prints it without a traceback
+├── UsageError               a command was called wrongly (exit 2, usage printed)
+├── InputError               an input file is missing or malformed (names file, line, field)
+├── StorageError             a storage backend failed (names the URL)
+└── UnknownCheckError        a health check id is not registered (UsageError too)
 """
 
 from __future__ import annotations

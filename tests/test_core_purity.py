@@ -19,7 +19,8 @@ def test_core_modules_import_no_orchestrator() -> None:
             importlib.import_module(info.name)
             names.append(info.name)
         assert len(names) > 10, names
-        leaked = sorted(m for m in sys.modules if m.split(".")[0] in {"prefect", "hydra", "omegaconf", "typer"})
+        banned = {"prefect", "hydra", "omegaconf", "typer"}
+        leaked = sorted(m for m in sys.modules if m.split(".")[0] in banned)
         print(len(names), leaked)
         assert not leaked, leaked
         """

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from gymflow.evidence.conversation import conversation_item
 from gymflow.evidence.lax import (
     ValidationError,
     fail,
@@ -21,7 +22,6 @@ from gymflow.evidence.lax import (
     opt_str,
     req_str,
 )
-from gymflow.evidence.conversation import conversation_item
 
 __all__ = [
     "ValidationError",

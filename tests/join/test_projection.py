@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from gymflow.join import join_row
 from gymflow.evidence.conversation import conversation_item
+from gymflow.join import join_row
 from tests.join.helpers import JUDGE, L, answer, bundle, codes, gap_tuples, inv, join, jsonl, ref, row, store
 
 OWN = "model_call_ownership_unavailable"
