@@ -13,6 +13,7 @@ from typing import Any
 from prefect import flow
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.runtime import flow_run
+from prefect.utilities.annotations import quote
 
 from gymflow import aggregate as core
 from gymflow import provenance, storage
@@ -76,12 +77,13 @@ def aggregate_flow(options: AggregateOptions, storage_options: dict[str, Any] | 
         lines.append(core.loaded_line(parts))
         if options.merge_shards:
             lines.append(f"Merging shards into {options.output}")
-            merged = tasks.merge_shards(parts, options.output)
+            merged = tasks.merge_shards(quote(parts), options.output)
     finally:
         shutil.rmtree(spool_dir, ignore_errors=True)
-    reduction = tasks.reduce_metrics(parts, options)
+    # quote(): Prefect would otherwise walk every per-row number of these arguments for futures.
+    reduction = tasks.reduce_metrics(quote(parts), options)
     core.apply_server_metrics(reduction, options, shards)
-    tasks.write_outputs(parts, reduction, options, _orchestrator(), started_at, merged)
+    tasks.write_outputs(quote(parts), quote(reduction), options, _orchestrator(), started_at, merged)
     core.report_run(reduction, options, outcome, lines.append)
     _publish(outcome)
     return FlowOutcome(outcome, lines)
