@@ -449,11 +449,6 @@ def _fsync_dir(directory: str) -> None:
             os.close(fd)
 
 
-def _write_all(f: BinaryIO, chunks: Iterable[bytes]) -> None:
-    for chunk in chunks:
-        f.write(chunk)
-
-
 def _write_local_atomic(path: str, write: Callable[[BinaryIO], None]) -> None:
     """Write through ``write`` to a temp file beside ``path``, fsync it, then rename it over."""
     directory = os.path.dirname(os.path.abspath(path))
@@ -479,7 +474,7 @@ def write_atomic(url: str, data: bytes) -> None:
     local = _local_path(url)
     with _guard(url, "write", writing=True):
         if local is not None:
-            _write_local_atomic(local, lambda f: _write_all(f, (data,)))
+            _write_local_atomic(local, lambda f: f.writelines((data,)))
         else:
             fs, path = filesystem(url)
             fs.pipe_file(path, data)
@@ -488,21 +483,17 @@ def write_atomic(url: str, data: bytes) -> None:
 
 def write_atomic_lines(url: str, chunks: Iterable[bytes]) -> None:
     """Like :func:`write_atomic`, streaming ``chunks``; if they raise, ``url`` is left untouched."""
-
-    def write_all(f: BinaryIO) -> None:
-        _write_all(f, chunks)
-
     local = _local_path(url)
     with _guard(url, "write", writing=True):
         if local is not None:
-            _write_local_atomic(local, write_all)
+            _write_local_atomic(local, lambda f: f.writelines(chunks))
         else:
             # Stage on local disk, then upload once: object stores have no rename, and a single
             # put (multipart for big files) only becomes visible when complete.
             with tempfile.TemporaryDirectory(prefix="gymflow-upload-") as staging:
                 temp = os.path.join(staging, "data")
                 with open(temp, "wb", buffering=2**20) as f:
-                    write_all(f)
+                    f.writelines(chunks)
                 fs, path = filesystem(url)
                 fs.put_file(temp, path)
     logger.debug("wrote %s", _scrub(url))
