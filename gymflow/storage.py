@@ -25,6 +25,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager, suppress
+from pathlib import PurePath
 from typing import Any, BinaryIO, cast
 from urllib.parse import urlsplit, urlunsplit
 
@@ -152,6 +153,16 @@ def join(base: str, *parts: str) -> str:
         if piece:
             result = f"{result.rstrip('/')}/{piece}"
     return result
+
+
+def resolve_under(base: str, path: str) -> str:
+    """``path`` as given when it is absolute or a URL, else under ``base`` (local paths
+    normalised the way ``pathlib`` does, e.g. ``runs/cli/`` + ``x`` -> ``runs/cli/x``)."""
+    if "://" in path or os.path.isabs(path):
+        return path
+    if "://" in base:
+        return join(base, path)
+    return str(PurePath(base) / path)
 
 
 def parent(url: str) -> str:

@@ -6,11 +6,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 from collections.abc import Sequence
 from functools import partial
-from pathlib import PurePath
 
 from gymflow import storage
 from gymflow.cli.config import load_config
@@ -62,20 +60,6 @@ def register(eval_commands: argparse._SubParsersAction) -> None:  # type: ignore
     parser.set_defaults(handler=partial(run, parser))
 
 
-def _rollouts_path(run_dir: str, rollouts_file: str) -> str:
-    if "://" in rollouts_file or os.path.isabs(rollouts_file):
-        return rollouts_file
-    if "://" in run_dir:
-        return storage.join(run_dir, rollouts_file)
-    return str(PurePath(run_dir) / rollouts_file)
-
-
-def _summary_display(run_dir: str) -> str:
-    if "://" in run_dir:
-        return storage.join(run_dir, "quality_summary.json")
-    return str(PurePath(run_dir) / "quality_summary.json")
-
-
 def _reject_extras(parser: argparse.ArgumentParser, extras: Sequence[str]) -> None:
     flags = [item for item in extras if item.startswith("-")]
     if flags:
@@ -91,7 +75,7 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace, extras: Seque
         storage.configure(config.storage.options)
         if not storage.isdir(args.run_dir):
             parser.error(f"Run directory not found: {args.run_dir}")
-        path = _rollouts_path(args.run_dir, args.rollouts_file)
+        path = storage.resolve_under(args.run_dir, args.rollouts_file)
         if not storage.isfile(path):
             parser.error(f"Rollout JSONL not found: {path}")
         ignored = normalize_ignored(args.ignore_checks)
@@ -120,7 +104,7 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace, extras: Seque
         print(json.dumps(outcome.summary, ensure_ascii=False, separators=(",", ":")))
     else:
         print(outcome.console_line)
-        print(f"Quality summary: {_summary_display(args.run_dir)}")
+        print(f"Quality summary: {storage.resolve_under(args.run_dir, 'quality_summary.json')}")
     return 0
 
 

@@ -27,7 +27,6 @@ class HealthReport:
     rows: list[RowResult]
     """The rows in report order."""
     verdicts: list[Verdict]
-    ignored: tuple[str, ...]
 
     def verdict_lines(self) -> Iterator[bytes]:
         """``rollout_verdicts.jsonl`` in chunks of lines (never held whole in memory)."""
@@ -52,15 +51,20 @@ class HealthReport:
             yield ("\n".join(batch) + "\n").encode()
 
     def console_line(self) -> str:
-        run = self.summary["run"]
-        counts = run["verdicts"]
-        line = (
-            f"Rollout health: {run['artifacts']['records']} checked, {counts['healthy']} healthy, "
-            f"{counts['unhealthy']} unhealthy, {counts['unobserved']} unobserved"
-        )
-        if self.ignored:
-            line += f" (ignored: {', '.join(sorted(self.ignored))})"
-        return line
+        return console_line(self.summary)
+
+
+def console_line(summary: dict[str, Any]) -> str:
+    """``Rollout health: N checked, ...`` (spec §7.3), from a summary alone."""
+    run = summary["run"]
+    counts = run["verdicts"]
+    line = (
+        f"Rollout health: {run['artifacts']['records']} checked, {counts['healthy']} healthy, "
+        f"{counts['unhealthy']} unhealthy, {counts['unobserved']} unobserved"
+    )
+    if run["ignored_checks"]:
+        line += f" (ignored: {', '.join(run['ignored_checks'])})"
+    return line
 
 
 def _order(value: Identity | None) -> tuple[int, int | str]:
@@ -203,5 +207,5 @@ def build_report(rows: list[RowResult], ignored: tuple[str, ...], stats: RunStat
     )
     summary_text = json.dumps(summary, indent=2, ensure_ascii=False)
     return HealthReport(
-        summary, summary_text.encode(), [rows[i] for i in order], [verdicts[i] for i in order], ignored
+        summary, summary_text.encode(), [rows[i] for i in order], [verdicts[i] for i in order]
     )

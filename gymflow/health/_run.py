@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gymflow import provenance, storage
-from gymflow.health._report import HealthReport
+from gymflow.health._report import HealthReport, console_line
 from gymflow.health._runner import (
     HealthPlan,
     Progress,
@@ -73,9 +73,7 @@ def record_outputs(
 def cached_outcome(summary_url: str, record_url: str) -> HealthOutcome:
     with storage.open_read(summary_url) as handle:
         summary = json.loads(handle.read())
-    ignored = tuple(summary["run"]["ignored_checks"])
-    line = HealthReport(summary, b"", [], [], ignored).console_line()
-    return HealthOutcome(summary, summary_url, record_url, True, line)
+    return HealthOutcome(summary, summary_url, record_url, True, console_line(summary))
 
 
 def run_health(

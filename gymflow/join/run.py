@@ -15,7 +15,6 @@ import os
 import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from pathlib import PurePath
 from typing import Any, Final
 
 import orjson
@@ -83,14 +82,6 @@ class JoinResult:
     up_to_date: bool = False
 
 
-def _under(run_dir: str, path: str) -> str:
-    if "://" in path or os.path.isabs(path):
-        return path
-    if "://" in run_dir:
-        return storage.join(run_dir, path)
-    return str(PurePath(run_dir) / path)
-
-
 def default_output(rollouts: str) -> str:
     """``<stem>_joined.jsonl`` beside the rollouts file."""
     base = storage.name(rollouts)
@@ -108,11 +99,11 @@ def resolve_settings(
     perf: bool = True,
 ) -> JoinSettings:
     """Defaults of ``gymflow eval join``: relative paths resolve under ``run_dir``."""
-    rollouts_url = _under(run_dir, rollouts or DEFAULT_ROLLOUTS)
-    output_url = _under(run_dir, output) if output else default_output(rollouts_url)
+    rollouts_url = storage.resolve_under(run_dir, rollouts or DEFAULT_ROLLOUTS)
+    output_url = storage.resolve_under(run_dir, output) if output else default_output(rollouts_url)
     if storage.to_uri(output_url) == storage.to_uri(rollouts_url):
         raise UsageError(f"--output {output_url} is the input file; the join never edits its input in place")
-    capture = None if no_capture else _under(run_dir, capture_dir or DEFAULT_CAPTURE_DIR)
+    capture = None if no_capture else storage.resolve_under(run_dir, capture_dir or DEFAULT_CAPTURE_DIR)
     return JoinSettings(rollouts=rollouts_url, output=output_url, capture_dir=capture, perf=perf)
 
 
