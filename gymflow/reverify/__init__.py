@@ -1,0 +1,1 @@
+"""Re-scoring stored rollouts through a resources server's ``/verify`` (spec ``reverify.md``)."""
