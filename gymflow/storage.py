@@ -15,12 +15,16 @@ Failures are raised as :class:`~gymflow.errors.InputError` (a file to read is mi
 from __future__ import annotations
 
 import copy
+import errno
+import fcntl
 import glob as _pyglob
 import hashlib
 import logging
 import os
 import re
+import stat
 import tempfile
+import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -137,9 +141,45 @@ def filesystem(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
             if name in _options:
                 options = dict(_options[name])
                 break
+    options, retries = _with_timeouts(protocol, options)
     with _guard(url, "open filesystem for"):
         fs, path = url_to_fs(url, **options)
+    if retries is not None and hasattr(fs, "retries"):
+        fs.retries = retries
     return fs, cast(str, path)
+
+
+DEFAULT_CONNECT_TIMEOUT = 10.0
+"""Seconds to wait for an object store to accept a connection (``connect_timeout`` option)."""
+
+DEFAULT_READ_TIMEOUT = 60.0
+"""Seconds to wait for any answer on an open connection (``read_timeout`` option)."""
+
+DEFAULT_RETRIES = 3
+"""Attempts of a request that failed transiently (``retries`` option), with backoff between them."""
+
+_TIMEOUT_KEYS = ("connect_timeout", "read_timeout", "retries")
+
+
+def _with_timeouts(protocol: str, options: dict[str, Any]) -> tuple[dict[str, Any], int | None]:
+    """S3 options with gymflow's bounded timeouts and retries filled in (the user's win).
+
+    ``connect_timeout``, ``read_timeout`` and ``retries`` may be given as plain storage options;
+    they become botocore's ``config_kwargs`` (and s3fs' own retry count), so no request can hang
+    longer than ``retries`` x (``connect_timeout`` + ``read_timeout``) plus backoff.
+    """
+    if protocol not in ("s3", "s3a"):
+        return options, None
+    options = dict(options)
+    connect = float(options.pop("connect_timeout", DEFAULT_CONNECT_TIMEOUT))
+    read = float(options.pop("read_timeout", DEFAULT_READ_TIMEOUT))
+    retries = max(1, int(options.pop("retries", DEFAULT_RETRIES)))
+    config = dict(options.get("config_kwargs") or {})
+    config.setdefault("connect_timeout", connect)
+    config.setdefault("read_timeout", read)
+    config.setdefault("retries", {"max_attempts": retries, "mode": "standard"})
+    options["config_kwargs"] = config
+    return options, retries
 
 
 def join(base: str, *parts: str) -> str:
@@ -217,7 +257,40 @@ def _guard(url: str, action: str, *, writing: bool = False) -> Iterator[None]:
     except Exception as exc:
         if not _is_backend_error(exc):
             raise
-        raise StorageError(f"{_scrub(url)}: cannot {action} it: {exc}") from exc
+        raise StorageError(f"{_scrub(url)}: cannot {action} it: {_explain(exc)}") from exc
+
+
+_CONNECT_ERRORS = (
+    "EndpointConnectionError",
+    "ConnectTimeoutError",
+    "ClientConnectorError",
+    "ConnectionError",
+)
+_TIMEOUT_ERRORS = ("ReadTimeoutError", "ReadTimeout", "TimeoutError", "FSTimeoutError", "timeout")
+_CREDENTIAL_CODES = ("InvalidAccessKeyId", "SignatureDoesNotMatch", "NoCredentialsError", "ExpiredToken")
+
+
+def _explain(exc: BaseException) -> str:
+    """One line saying what went wrong with a storage request, the backend's words included."""
+    chain: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and len(chain) < 8:
+        chain.append(current)
+        current = current.__cause__ or current.__context__
+    names = {type(item).__name__ for item in chain}
+    text = " ".join(str(item) for item in chain)
+    detail = " ".join(str(exc).split()) or type(exc).__name__
+    if any(code in text or code in names for code in _CREDENTIAL_CODES):
+        return f"the credentials were refused or are missing ({detail})"
+    if "NoSuchBucket" in text or "bucket does not exist" in text.lower():
+        return f"the bucket does not exist ({detail})"
+    if names & set(_TIMEOUT_ERRORS) and not names & set(_CONNECT_ERRORS[:1]):
+        return f"the storage endpoint did not answer in time ({detail})"
+    if names & set(_CONNECT_ERRORS) or "Could not connect" in text:
+        return f"the storage endpoint cannot be reached ({detail})"
+    if isinstance(exc, PermissionError):
+        return f"access denied ({detail})"
+    return detail
 
 
 # -- metadata --------------------------------------------------------------------------------
@@ -281,12 +354,42 @@ def glob(pattern: str) -> list[str]:
 # -- reading ---------------------------------------------------------------------------------
 
 
+_KINDS = {
+    stat.S_IFIFO: "a FIFO (named pipe)",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFDIR: "a directory",
+}
+
+
+def _open_regular(url: str, local: str, buffering: int) -> BinaryIO:
+    """Open a local file for reading, refusing anything but a regular file (a FIFO would block)."""
+    fd = os.open(local, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = _KINDS.get(stat.S_IFMT(mode), "not a regular file")
+            raise InputError(
+                f"{_scrub(url)}: is {kind}, not a regular file; gymflow reads regular files only"
+            )
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+        handle: BinaryIO = os.fdopen(fd, "rb", buffering=buffering)
+        return handle
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def open_read(url: str) -> BinaryIO:
-    """Open ``url`` for buffered binary reading; use it as a context manager."""
+    """Open ``url`` for buffered binary reading; use it as a context manager.
+
+    A local path that is not a regular file (FIFO, device, socket, directory) is an InputError.
+    """
     local = _local_path(url)
     with _guard(url, "open"):
         if local is not None:
-            return open(local, "rb", buffering=2**20)
+            return _open_regular(url, local, 2**20)
         fs, path = filesystem(url)
         return cast(BinaryIO, fs.open(path, "rb", block_size=REMOTE_BLOCK_SIZE, cache_type="readahead"))
 
@@ -300,7 +403,7 @@ def read_range(url: str, start: int, end: int) -> bytes:
     local = _local_path(url)
     with _guard(url, "read"):
         if local is not None:
-            with open(local, "rb", buffering=0) as f:
+            with _open_regular(url, local, 0) as f:
                 f.seek(start)
                 return _read_exactly(f, end - start)
         fs, path = filesystem(url)
@@ -322,7 +425,7 @@ def _iter_chunks(url: str, start: int = 0) -> Iterator[bytes]:
     """The bytes of ``url`` from ``start`` on, in chunks of about :data:`CHUNK_SIZE`."""
     local = _local_path(url)
     if local is not None:
-        with _guard(url, "read"), open(local, "rb", buffering=0) as f:
+        with _guard(url, "read"), _open_regular(url, local, 0) as f:
             f.seek(start)
             while chunk := f.read(CHUNK_SIZE):
                 yield chunk
@@ -460,15 +563,64 @@ def _fsync_dir(directory: str) -> None:
             os.close(fd)
 
 
+TEMP_PATTERN = re.compile(r"^\.(?P<name>.+)\.[0-9a-f]{12}\.tmp$")
+"""Names of gymflow's own temporary files: ``.<name>.<12 hex>.tmp`` beside the file they become."""
+
+STALE_TEMP_SECONDS = 24 * 3600.0
+"""A temp file this old is stale even if it cannot be locked (e.g. on a filesystem without flock)."""
+
+_write_observers: list[Callable[[str], None]] = []
+
+
+def add_write_observer(observer: Callable[[str], None]) -> Callable[[], None]:
+    """Call ``observer(url)`` after each file this process writes completely; returns a remover.
+
+    The CLI uses it to say what an interrupted run kept.
+    """
+    _write_observers.append(observer)
+    return lambda: _write_observers.remove(observer) if observer in _write_observers else None
+
+
+def _written(url: str) -> None:
+    for observer in list(_write_observers):
+        observer(url)
+
+
+class _Hashing:
+    """A writer that hashes and counts the bytes that pass through it: the digest of what was
+    written, never of what a later read finds."""
+
+    def __init__(self, out: BinaryIO | None = None) -> None:
+        self.out = out
+        self.hash = hashlib.sha256()
+        self.count = 0
+
+    def chunks(self, chunks: Iterable[bytes]) -> Iterator[bytes]:
+        update = self.hash.update
+        for chunk in chunks:
+            update(chunk)
+            self.count += len(chunk)
+            yield chunk
+
+    def result(self) -> tuple[str, int]:
+        return self.hash.hexdigest(), self.count
+
+
 def _write_local_atomic(path: str, write: Callable[[BinaryIO], None]) -> None:
-    """Write through ``write`` to a temp file beside ``path``, fsync it, then rename it over."""
+    """Write through ``write`` to a temp file beside ``path``, fsync it, then rename it over.
+
+    The temp file is ``flock``-ed while it is written, so :func:`remove_stale_temps` can tell a
+    live writer's file from one left by a killed process. It is renamed before it is closed.
+    """
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     temp = os.path.join(directory, f".{os.path.basename(path)}.{uuid.uuid4().hex[:12]}.tmp")
     # os.open with 0o666 lets the umask decide the mode, as for any newly created file.
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
     try:
-        with os.fdopen(fd, "wb", buffering=2**20) as f:
+        with suppress(OSError):
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with os.fdopen(fd, "wb", buffering=2**20, closefd=False) as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
@@ -477,11 +629,16 @@ def _write_local_atomic(path: str, write: Callable[[BinaryIO], None]) -> None:
         with suppress(FileNotFoundError):
             os.unlink(temp)
         raise
+    finally:
+        os.close(fd)
     _fsync_dir(directory)
 
 
-def write_atomic(url: str, data: bytes) -> None:
-    """Replace ``url`` with ``data`` all at once: readers see the old or the new bytes, never a mix."""
+def write_atomic(url: str, data: bytes) -> tuple[str, int]:
+    """Replace ``url`` with ``data`` all at once: readers see the old or the new bytes, never a mix.
+
+    Returns the SHA-256 (lowercase hex) and size of the bytes written.
+    """
     local = _local_path(url)
     with _guard(url, "write", writing=True):
         if local is not None:
@@ -490,21 +647,79 @@ def write_atomic(url: str, data: bytes) -> None:
             fs, path = filesystem(url)
             fs.pipe_file(path, data)
     logger.debug("wrote %d bytes to %s", len(data), _scrub(url))
+    _written(url)
+    return hashlib.sha256(data).hexdigest(), len(data)
 
 
-def write_atomic_lines(url: str, chunks: Iterable[bytes]) -> None:
-    """Like :func:`write_atomic`, streaming ``chunks``; if they raise, ``url`` is left untouched."""
+def write_atomic_lines(url: str, chunks: Iterable[bytes]) -> tuple[str, int]:
+    """Like :func:`write_atomic`, streaming ``chunks``; if they raise, ``url`` is left untouched.
+
+    Returns the SHA-256 and size of the bytes written, hashed while writing.
+    """
     local = _local_path(url)
+    hashing = _Hashing()
     with _guard(url, "write", writing=True):
         if local is not None:
-            _write_local_atomic(local, lambda f: f.writelines(chunks))
+            _write_local_atomic(local, lambda f: f.writelines(hashing.chunks(chunks)))
         else:
             # Stage on local disk, then upload once: object stores have no rename, and a single
             # put (multipart for big files) only becomes visible when complete.
             with tempfile.TemporaryDirectory(prefix="gymflow-upload-") as staging:
                 temp = os.path.join(staging, "data")
                 with open(temp, "wb", buffering=2**20) as f:
-                    f.writelines(chunks)
+                    f.writelines(hashing.chunks(chunks))
                 fs, path = filesystem(url)
                 fs.put_file(temp, path)
     logger.debug("wrote %s", _scrub(url))
+    _written(url)
+    return hashing.result()
+
+
+def remove_stale_temps(directory: str, warn: Callable[[str], None] | None = None) -> list[str]:
+    """Delete gymflow's temp files (``.<name>.<hex>.tmp``) in a local ``directory`` whose writer
+    is gone (their ``flock`` is free) or that are older than :data:`STALE_TEMP_SECONDS`.
+
+    A concurrent writer's live temp file is locked and left alone. Returns the paths removed;
+    object stores have no temp files (nothing to do there).
+    """
+    local = _local_path(directory)
+    if local is None or not os.path.isdir(local):
+        return []
+    removed: list[str] = []
+    now = time.time()
+    for entry in os.scandir(local):
+        if TEMP_PATTERN.match(entry.name) is None or not entry.is_file(follow_symlinks=False):
+            continue
+        try:
+            fd = os.open(entry.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        except OSError:
+            continue
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                    raise
+                if now - os.fstat(fd).st_mtime < STALE_TEMP_SECONDS:
+                    continue  # a live writer holds it
+            os.unlink(entry.path)
+            removed.append(entry.path)
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
+    if removed and warn is not None:
+        warn(f"removed {len(removed)} stale temporary file(s) left by an interrupted run in {directory}")
+    return removed
+
+
+def line_number_at(url: str, offset: int) -> int:
+    """The 1-based number of the line that starts at byte ``offset`` (newlines before it + 1)."""
+    count = 0
+    seen = 0
+    for chunk in _iter_chunks(url):
+        if seen + len(chunk) >= offset:
+            return count + chunk.count(b"\n", 0, offset - seen) + 1
+        count += chunk.count(b"\n")
+        seen += len(chunk)
+    return count + 1
