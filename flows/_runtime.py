@@ -1,12 +1,13 @@
 """Running a flow from the CLI: the task runner chosen by config, no heartbeat wait at exit.
 
-Without ``PREFECT_API_URL`` Prefect would start a temporary API server in every process that
-talks to it, the process pool's workers included (12 s each). :func:`run_flow` starts one
-ephemeral server here instead and points this process and its workers at it.
+Without ``PREFECT_API_URL``, :func:`prefect_api` points this process and its workers at the local
+server gymflow keeps running (:mod:`gymflow.flows._server`) instead of a temporary API per
+process.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, ProcessPoolExecutor
@@ -22,6 +23,8 @@ from prefect.task_runners import ProcessPoolTaskRunner, TaskRunner, ThreadPoolTa
 
 from gymflow import storage
 from gymflow.config import RunnerConfig
+from gymflow.errors import GymflowError
+from gymflow.flows import _server
 
 R = TypeVar("R")
 
@@ -40,27 +43,22 @@ def task_runner(config: RunnerConfig, workers: int) -> TaskRunner[Any]:
 
 
 @contextmanager
-def prefect_api() -> Iterator[str]:
-    """The configured Prefect API, or one ephemeral local server shared with child processes."""
+def prefect_api(startup_timeout_s: float = 90.0) -> Iterator[str]:
+    """The configured Prefect API, or the local server gymflow keeps running (:mod:`._server`),
+    shared with child processes. Events and logs still queued are delivered before returning."""
     configured = os.environ.get("PREFECT_API_URL") or PREFECT_API_URL.value()
-    if configured:
-        yield configured
-        return
-    from prefect.server.api.server import SubprocessASGIServer
-
-    server = SubprocessASGIServer()
-    server.start()
-    os.environ["PREFECT_API_URL"] = server.api_url
+    url = configured or _server.ensure(startup_timeout_s)[0]
+    previous = os.environ.get("PREFECT_API_URL")
+    os.environ["PREFECT_API_URL"] = url
     try:
-        with temporary_settings(updates={PREFECT_API_URL: server.api_url}):
-            yield server.api_url
+        with temporary_settings(updates={PREFECT_API_URL: url}):
+            yield url
     finally:
-        # Events and logs still queued must reach the server before it goes, or their workers
-        # keep retrying a closed port and print tracebacks at exit.
+        # Drained here, not at interpreter exit, where Prefect warns "Still processing items".
         EventsWorker.drain_all(timeout=10, at_exit=False)
         APILogWorker.drain_all(timeout=10, at_exit=False)
-        del os.environ["PREFECT_API_URL"]
-        server.stop()
+        if previous is None:
+            del os.environ["PREFECT_API_URL"]
 
 
 def offloading_runner(config: RunnerConfig, workers: int) -> tuple[TaskRunner[Any], int | None]:
@@ -93,5 +91,22 @@ def run_flow(flow: Flow[..., R], runner: TaskRunner[Any], **parameters: Any) -> 
     """Run ``flow`` with ``runner`` against :func:`prefect_api`. Every sync flow otherwise waits
     about a second at exit for its heartbeat thread; gymflow's flows are short, so it is off."""
     configured: Callable[..., R] = flow.with_options(task_runner=runner)
+    _quiet_user_errors()
     with prefect_api(), temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
         return configured(**parameters)
+
+
+class _DropUserErrors(logging.Filter):
+    """Prefect logs a failed run's exception with its traceback; for a :class:`GymflowError` the
+    CLI prints the same one line as ``--direct`` instead (the run page still shows the failure)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        return not isinstance(error, GymflowError)
+
+
+def _quiet_user_errors() -> None:
+    for name in ("prefect.flow_runs", "prefect.task_runs"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _DropUserErrors) for f in logger.filters):
+            logger.addFilter(_DropUserErrors())

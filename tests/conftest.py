@@ -1,1 +1,40 @@
+"""Test-session settings: Prefect state lives in a temporary home, never the user's.
+
+The orchestrated commands start gymflow's local Prefect server on first use
+(``gymflow.flows._server``); the tests give it its own home and a free port, and stop it when
+the session ends.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import tempfile
+from collections.abc import Iterator
+
+import pytest
+
 pytest_plugins = ["tests.fixtures.s3"]
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+_PREFECT_HOME = tempfile.mkdtemp(prefix="gymflow-tests-prefect-")
+os.environ["PREFECT_HOME"] = _PREFECT_HOME
+os.environ["PREFECT_SERVER_API_PORT"] = str(_free_port())
+os.environ.pop("PREFECT_API_URL", None)
+os.environ.setdefault("DO_NOT_TRACK", "1")
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _stop_local_prefect_server() -> Iterator[None]:
+    yield
+    if os.path.exists(os.path.join(_PREFECT_HOME, "server.pid")):
+        from gymflow.flows import _server
+
+        _server.stop()

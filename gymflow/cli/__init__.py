@@ -18,6 +18,7 @@ from gymflow import __version__
 def build_parser() -> argparse.ArgumentParser:
     from gymflow.cli import health as health_command
     from gymflow.cli import provenance as provenance_command
+    from gymflow.cli import ui as ui_command
 
     parser = argparse.ArgumentParser(prog="gymflow", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"gymflow {__version__}")
@@ -30,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
         if module is not None:
             module.register(eval_commands)
     provenance_command.register(groups)
+    ui_command.register(groups)
     return parser
 
 

@@ -1,0 +1,47 @@
+"""``gymflow ui``: the local Prefect server that orchestrated commands use, and its UI's URL."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from functools import partial
+
+from gymflow.errors import GymflowError
+
+
+def register(groups: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = groups.add_parser(
+        "ui",
+        help="start (or find) the local Prefect server and print its UI's URL",
+        description="Orchestrated commands start a local Prefect server on first use (127.0.0.1, "
+        "port $PREFECT_SERVER_API_PORT or 4200) and reuse it. This prints its UI's URL, starting it "
+        "if needed; --stop stops it. With PREFECT_API_URL set, that server is used instead.",
+    )
+    parser.add_argument("--stop", action="store_true", help="stop the local server gymflow started")
+    parser.set_defaults(handler=partial(run, parser))
+
+
+def run(parser: argparse.ArgumentParser, args: argparse.Namespace, extras: Sequence[str]) -> int:
+    if extras:
+        parser.error(f"unrecognized arguments: {' '.join(extras)}")
+    from gymflow.cli.config import load_config
+    from gymflow.flows import _environment
+
+    settings = load_config()
+    _environment.prepare(settings.prefect, verbose=False)
+    from gymflow.flows import _server
+
+    try:
+        if args.stop:
+            stopped = _server.stop()
+            print("Stopped the local Prefect server." if stopped else "No local Prefect server was running.")
+            return 0
+        _, started = _server.ensure(settings.prefect.startup_timeout_seconds)
+    except GymflowError as exc:
+        print(f"Error: {exc}", file=sys.stderr)
+        return 1
+    state = "started" if started else "running"
+    print(f"Prefect UI ({state}): {_server.base_url()}")
+    print("Stop it with: gymflow ui --stop")
+    return 0
