@@ -1,0 +1,259 @@
+"""Launching resources servers from the config (reverify.md §1 "Servers", G): real processes, real ports."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+import pytest
+
+from gymflow.errors import GymflowError
+from gymflow.reverify.launch import ServerStartError, ensure_servers, server_block
+from tests.reverify.server_process import REPO_ROOT, ServerProcess, free_port, port_is_free, server_env
+
+pytestmark = pytest.mark.timeout(60)
+
+SERVER_COMMAND = [sys.executable, "-m", "tests.reverify.server", "--host", "{host}", "--port", "{port}"]
+
+
+def command_config(name: str = "mcqa", command: list[str] | None = None, **block: Any) -> dict[str, Any]:
+    return {
+        name: {
+            "resources_servers": {
+                name: {
+                    "command": command or SERVER_COMMAND,
+                    "dir": str(REPO_ROOT),
+                    "domain": "knowledge",
+                    **block,
+                }
+            }
+        }
+    }
+
+
+def mode_of(url: str) -> Any:
+    return httpx.get(f"{url}/reverify_mode", timeout=5, trust_env=False).json()
+
+
+def processes_with(token: str) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        if any(token in part for part in proc.info["cmdline"] or []):
+            found.append(proc)
+    return found
+
+
+def wait_gone(pids: list[int], timeout_s: float) -> list[int]:
+    deadline = time.monotonic() + timeout_s
+    alive = list(pids)
+    while alive and time.monotonic() < deadline:
+        alive = [
+            p for p in alive if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
+        ]
+        time.sleep(0.05)
+    return alive
+
+
+def test_urls_from_blocks() -> None:
+    config = {
+        "a": {"resources_servers": {"mcqa": {"host": "10.0.0.1", "port": 8001}}},
+        "b": {"resources_servers": {"x": {"host": "h", "port": 1, "base_url": "http://other:9/"}}},
+        "c": {"resources_servers": {"y": {"port": 7}}},
+    }
+    assert server_block(config, "a").url == "http://10.0.0.1:8001"
+    assert server_block(config, "b").url == "http://other:9/"
+    assert (server_block(config, "c").url, server_block(config, "c").impl) == ("http://127.0.0.1:7", "y")
+    with pytest.raises(GymflowError, match="'agent' is not a resources server block"):
+        server_block({"agent": {"responses_api_agents": {}}}, "agent")
+
+
+def test_not_launchable_and_not_answering_yields_the_url() -> None:
+    port = free_port()
+    messages: list[str] = []
+    config = {"rs": {"resources_servers": {"rs": {"host": "127.0.0.1", "port": port}}}}
+    with ensure_servers(config, ["rs"], echo=messages.append) as urls:
+        assert urls == {"rs": f"http://127.0.0.1:{port}"}
+    assert messages == []
+
+
+def test_launches_a_command_block_on_a_free_port_and_stops_it() -> None:
+    messages: list[str] = []
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    with ensure_servers(command_config(), ["mcqa"], echo=messages.append, timeout_s=20) as urls:
+        url = urls["mcqa"]
+        assert url.startswith("http://127.0.0.1:")
+        port = int(url.rsplit(":", 1)[1])
+        assert mode_of(url) == "stateless"
+        children = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
+        server_pids = [p.pid for p in children if "tests.reverify.server" in " ".join(p.cmdline())]
+        assert len(server_pids) == 1 and len(children) == 2  # the server and its watchdog
+    assert messages[0].startswith(f"Starting resources server 'mcqa' on {url}: ")
+    assert f"--port {port}" in messages[0]
+    assert messages[1:] == [f"Resources server 'mcqa' is up at {url}", "Stopped resources server 'mcqa'"]
+    assert wait_gone(server_pids, 1) == []
+    assert port_is_free(port)
+    assert wait_gone([p.pid for p in children], 1) == []  # the watchdog is gone too
+
+
+def test_explicit_port_and_two_servers() -> None:
+    port = free_port()
+    config = {
+        **command_config("a", port=port),
+        **command_config("b", command=[*SERVER_COMMAND, "--mode", "unknown"]),
+    }
+    with ensure_servers(config, ["a", "b", "a"], echo=lambda _: None, timeout_s=20) as urls:
+        assert urls["a"] == f"http://127.0.0.1:{port}"
+        assert (mode_of(urls["a"]), mode_of(urls["b"])) == ("stateless", "unknown")
+    assert port_is_free(port) and port_is_free(int(urls["b"].rsplit(":", 1)[1]))
+
+
+def test_running_server_is_used_as_is_and_not_stopped(resources_server: ServerProcess) -> None:
+    messages: list[str] = []
+    config = command_config(host=resources_server.host, port=resources_server.port)
+    with ensure_servers(config, ["mcqa"], echo=messages.append) as urls:
+        assert urls == {"mcqa": resources_server.url}
+    assert messages == []
+    assert resources_server.alive() and mode_of(resources_server.url) == "stateless"
+    assert resources_server.log("/reverify_mode")  # it was probed
+
+
+def test_timeout_reports_the_last_20_log_lines(tmp_path: Path) -> None:
+    token = uuid.uuid4().hex
+    script = f"import time\nfor i in range(25): print('line', i, flush=True)\ntime.sleep(30)  # {token}"
+    config = command_config("slow", command=[sys.executable, "-c", script])
+    started = time.monotonic()
+    with pytest.raises(ServerStartError) as caught:
+        with ensure_servers(config, ["slow"], echo=lambda _: None, timeout_s=1.5):
+            pytest.fail("must not yield")
+    assert 1.5 <= time.monotonic() - started < 10
+    expected_lines = "\n".join(f"line {i}" for i in range(5, 25))
+    assert (
+        str(caught.value)
+        == f"resources server 'slow' did not start within 1.5 s; last log lines:\n{expected_lines}"
+    )
+    assert wait_gone([p.pid for p in processes_with(token)], 2) == []
+
+
+def test_a_server_that_exits_fails_fast() -> None:
+    config = command_config("dead", command=[sys.executable, "-c", "print('no config'); raise SystemExit(3)"])
+    started = time.monotonic()
+    with pytest.raises(ServerStartError) as caught:
+        with ensure_servers(config, ["dead"], echo=lambda _: None, timeout_s=30):
+            pass
+    assert time.monotonic() - started < 10
+    assert str(caught.value) == (
+        "resources server 'dead' did not start within 30 s; last log lines:\n"
+        "no config\n(the server process exited with code 3)"
+    )
+
+
+def test_server_is_stopped_after_an_exception() -> None:
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    with pytest.raises(RuntimeError, match="boom"):
+        with ensure_servers(command_config(), ["mcqa"], echo=lambda _: None, timeout_s=20) as urls:
+            pids = [p.pid for p in psutil.Process().children(recursive=True) if p.pid not in before]
+            assert len(pids) == 2  # the server and its watchdog
+            raise RuntimeError("boom")
+    assert wait_gone(pids, 1) == []
+    assert port_is_free(int(urls["mcqa"].rsplit(":", 1)[1]))
+
+
+def test_entrypoint_gets_the_gym_environment(tmp_path: Path) -> None:
+    (tmp_path / "app.py").write_text(
+        textwrap.dedent(
+            f"""
+            import os, sys
+            import uvicorn, yaml
+            sys.path.insert(0, {str(REPO_ROOT)!r})
+            from tests.reverify.server import create_app
+            config = yaml.safe_load(os.environ["NEMO_GYM_CONFIG_DICT"])
+            block = config[os.environ["NEMO_GYM_CONFIG_PATH"]]["resources_servers"]["mcqa_impl"]
+            assert os.getcwd() == {str(tmp_path)!r}
+            app = create_app(block["answer_mode"])
+            uvicorn.run(app, host=block["host"], port=block["port"], log_level="warning")
+            """
+        )
+    )
+    config = {
+        "my_mcqa": {
+            "resources_servers": {"mcqa_impl": {"entrypoint": "app.py", "answer_mode": "unsupported"}}
+        },
+        "agent": {"responses_api_agents": {"simple_agent": {"resources_server": {"name": "my_mcqa"}}}},
+    }
+    with ensure_servers(
+        config, ["my_mcqa"], echo=lambda _: None, python=sys.executable, directory=str(tmp_path)
+    ) as urls:
+        assert mode_of(urls["my_mcqa"]) == "unsupported"
+
+
+PARENT = """
+import sys, time
+from gymflow.reverify.launch import ensure_servers
+config = {"rs": {"resources_servers": {"rs": {"command": sys.argv[1:], "dir": %r}}}}
+with ensure_servers(config, ["rs"], echo=lambda m: print(m, flush=True), timeout_s=20) as urls:
+    print("READY", urls["rs"], flush=True)
+    time.sleep(60)
+"""
+
+
+def start_parent() -> tuple[subprocess.Popen[str], int, list[int]]:
+    parent = subprocess.Popen(
+        [sys.executable, "-c", PARENT % str(REPO_ROOT), *SERVER_COMMAND],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=server_env(),
+        start_new_session=True,
+    )
+    assert parent.stdout is not None
+    deadline = time.monotonic() + 20
+    line = ""
+    while time.monotonic() < deadline and not line.startswith("READY"):
+        line = parent.stdout.readline()
+        if not line and parent.poll() is not None:
+            break
+    assert line.startswith("READY"), line
+    port = int(line.split()[1].rsplit(":", 1)[1])
+    descendants = [p.pid for p in psutil.Process(parent.pid).children(recursive=True)]
+    assert len(descendants) >= 2  # the server and its watchdog
+    return parent, port, descendants
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["sigint", "kill-9"])
+def test_parent_interrupted_or_killed_leaves_no_server(sig: signal.Signals) -> None:
+    parent, port, descendants = start_parent()
+    try:
+        os.kill(parent.pid, sig)
+        parent.wait(10)
+        assert wait_gone(descendants, 5) == []
+        assert port_is_free(port)
+        if sig == signal.SIGINT:
+            assert parent.stdout is not None
+            assert "Stopped resources server 'rs'" in parent.stdout.read()
+    finally:
+        for pid in [parent.pid, *descendants]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        parent.wait(5)
+
+
+def test_gym_config_file_fixture_block_is_launchable(gym_config_file: Callable[..., Path]) -> None:
+    import yaml
+
+    path = gym_config_file({"mcqa": {"command": SERVER_COMMAND, "dir": str(REPO_ROOT)}})
+    with ensure_servers(
+        yaml.safe_load(path.read_text()), ["mcqa"], echo=lambda _: None, timeout_s=20
+    ) as urls:
+        assert mode_of(urls["mcqa"]) == "stateless"
