@@ -1,0 +1,180 @@
+"""Child processes that never outlive the run that started them.
+
+* :func:`worker_init` is the initializer of every process pool gymflow starts: it configures
+  storage, makes the worker ignore Ctrl-C (the parent decides; no traceback per worker) and starts
+  a thread that ends the worker as soon as its parent is gone (``kill -9`` of the parent included).
+* :func:`ensure_watchdog` starts, once per process, a small watchdog process that notes this
+  process's descendants (pool workers, multiprocessing's resource tracker, the ephemeral Prefect
+  API server) and terminates those still running when this process dies.
+* :func:`add_cleanup` / :func:`run_cleanups`: what an interrupted run must stop before it exits
+  (the CLI's signal handler runs them within a deadline).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from contextlib import suppress
+from typing import Any
+
+from gymflow import storage
+
+__all__ = ["add_cleanup", "ensure_watchdog", "run_cleanups", "stop_children", "watch_parent", "worker_init"]
+
+logger = logging.getLogger(__name__)
+
+PARENT_POLL_S = 0.2
+
+# The watchdog reads /proc itself (Linux): it must not depend on gymflow or on optional packages.
+_PROC_CODE = r"""
+import os, signal, sys, time
+
+def table():
+    out = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as handle:
+                fields = handle.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        out[int(name)] = (int(fields[1]), fields[19])  # ppid, start time
+    return out
+
+def descendants(root, exclude):
+    procs = table()
+    found, frontier = {}, [root]
+    while frontier:
+        current = frontier.pop()
+        for pid, (ppid, start) in procs.items():
+            if ppid == current and pid not in found and pid != exclude:
+                found[pid] = start
+                frontier.append(pid)
+    return found
+
+def stop(known, grace):
+    def alive(pid, start):
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as handle:
+                fields = handle.read().rsplit(b")", 1)[1].split()
+            return fields[19] == start and fields[0] != b"Z"
+        except OSError:
+            return False
+    for pid, start in known.items():
+        if alive(pid, start):
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except OSError:
+                pass
+    end = time.monotonic() + grace
+    while time.monotonic() < end and any(alive(p, s) for p, s in known.items()):
+        time.sleep(0.05)
+    for pid, start in known.items():
+        if alive(pid, start):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+"""
+
+_WATCHDOG = (
+    _PROC_CODE
+    + r"""
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+parent = int(sys.argv[1])
+known = {}
+while os.getppid() == parent:
+    known = descendants(parent, os.getpid())
+    time.sleep(0.3)
+stop(known, 2.0)
+"""
+)
+_proc: dict[str, Any] = {}
+exec(compile(_PROC_CODE, "<gymflow.lifeline>", "exec"), _proc)  # one copy of the /proc helpers
+
+_watchdog: subprocess.Popen[bytes] | None = None
+_watchdog_pid_owner: int | None = None
+_cleanups: list[Callable[[], None]] = []
+_lock = threading.Lock()
+
+
+def watch_parent(interval: float = PARENT_POLL_S) -> None:
+    """End this process (exit status 1) within ``interval`` seconds of its parent's death."""
+    parent = os.getppid()
+
+    def loop() -> None:
+        while True:
+            time.sleep(interval)
+            if os.getppid() != parent:
+                os._exit(1)
+
+    threading.Thread(target=loop, name="gymflow-parent-watch", daemon=True).start()
+
+
+def worker_init(options: Mapping[str, Mapping[str, Any]] | None = None) -> None:
+    """Initializer of gymflow's pool workers (see the module docstring)."""
+    with suppress(ValueError):  # not the main thread of the worker: nothing to change
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    watch_parent()
+    storage.configure(options or {})
+
+
+def ensure_watchdog() -> None:
+    """Start this process's watchdog if it has none yet (cheap to call before each pool)."""
+    global _watchdog, _watchdog_pid_owner
+    with _lock:
+        if _watchdog is not None and _watchdog_pid_owner == os.getpid() and _watchdog.poll() is None:
+            return
+        try:
+            _watchdog = subprocess.Popen(
+                [sys.executable, "-c", _WATCHDOG, str(os.getpid())],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+                close_fds=True,
+            )
+            _watchdog_pid_owner = os.getpid()
+        except OSError as exc:  # pragma: no cover - the workers still watch their parent
+            logger.warning("cannot start the process watchdog: %s", exc)
+
+
+def add_cleanup(callback: Callable[[], None]) -> Callable[[], None]:
+    """Register ``callback`` for :func:`run_cleanups`; returns a function that unregisters it."""
+    with _lock:
+        _cleanups.append(callback)
+
+    def remove() -> None:
+        with _lock, suppress(ValueError):
+            _cleanups.remove(callback)
+
+    return remove
+
+
+def run_cleanups(deadline: float) -> None:
+    """Run the registered cleanups (newest first) on a helper thread, for at most ``deadline`` s."""
+    with _lock:
+        callbacks = list(reversed(_cleanups))
+        _cleanups.clear()
+
+    def run() -> None:
+        for callback in callbacks:
+            with suppress(Exception):
+                callback()
+
+    thread = threading.Thread(target=run, name="gymflow-cleanup", daemon=True)
+    thread.start()
+    thread.join(max(deadline, 0.0))
+
+
+def stop_children(grace: float = 1.0) -> None:
+    """Terminate every descendant of this process (then kill those still alive after ``grace``)."""
+    with suppress(OSError):
+        _proc["stop"](_proc["descendants"](os.getpid(), -1), grace)
