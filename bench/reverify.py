@@ -1,0 +1,301 @@
+"""Benchmark: ``gymflow eval reverify`` against a bare aiohttp client posting the same ``/verify`` bodies.
+
+Run from the repo root: ``python bench/reverify.py [--rows 20000] [--concurrency 32] [--prefect]``.
+
+1. Generates (or reuses, under ``bench/_corpus/``) seeded mcqa-like inputs made by ``bench.reverify_corpus``:
+   ``--rows`` rollouts (default 20,000, 4 per task, ~1.6 KB materialized + ~2 KB rollout lines) and
+   ``--small-rows`` (default 5,000).
+2. Starts the test resources server (``tests.reverify.server``: Starlette on uvicorn with uvloop and
+   httptools, ``--server-workers`` processes, ``--latency-ms`` of ``asyncio.sleep`` per ``/verify``).
+3. ``bare``: one aiohttp session, ``--concurrency`` workers posting the prebuilt bodies (materialized row plus
+   the rollout's ``response``) and decoding each answer; requests per second.
+4. ``gymflow --direct``: the command as a subprocess on both corpora, at its default concurrency unless
+   ``--concurrency-flag`` is given: wall time, in-loop time (from the first to the last line appended to the
+   output, polled every 20 ms) and peak RSS of the process tree (psutil).
+5. ``gymflow`` orchestrated (Prefect, without ``--direct``): on the small corpus by default, on the large one
+   with ``--prefect``; skipped with ``--no-prefect``.
+
+Prints ``ratio = gymflow rows/s / bare aiohttp req/s`` (wall and in-loop; target >= 0.8) and RSS at both
+sizes (target <= 200 MB, flat). Needs ``psutil`` and ``aiohttp``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+import orjson  # noqa: E402
+
+from bench import reverify_corpus  # noqa: E402
+from tests.reverify.server_process import ServerProcess, start_server, write_gym_config  # noqa: E402
+
+CORPUS_ROOT = REPO / "bench" / "_corpus"
+POLL_SECONDS = 0.02
+RUN_TIMEOUT_SECONDS = 1800.0
+
+
+@dataclass
+class Run:
+    """One subprocess run of ``gymflow eval reverify``."""
+
+    label: str
+    rows: int
+    wall_s: float
+    loop_s: float | None
+    peak_tree_rss: int
+    returncode: int
+    written: int
+    stdout: str
+    stderr: str
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0 and self.written == self.rows
+
+    def rows_per_s(self, loop: bool = False) -> float:
+        seconds = self.loop_s if loop else self.wall_s
+        return self.rows / seconds if seconds else 0.0
+
+
+def ensure_corpus(rows: int, seed: int) -> Path:
+    """The directory holding the seeded inputs, generated when missing or made by other generator code."""
+    fingerprint = hashlib.sha256(Path(reverify_corpus.__file__).read_bytes()).hexdigest()[:12]
+    prefix = f"reverify-rows{rows}-seed{seed}-"
+    directory = CORPUS_ROOT / (prefix + fingerprint)
+    if (directory / reverify_corpus.ROLLOUTS).is_file():
+        return directory
+    for stale in CORPUS_ROOT.glob(prefix + "*") if CORPUS_ROOT.is_dir() else []:
+        shutil.rmtree(stale, ignore_errors=True)
+    began = time.perf_counter()
+    reverify_corpus.write(directory, rows, seed)
+    size = sum(p.stat().st_size for p in directory.iterdir())
+    seconds = time.perf_counter() - began
+    print(f"generated {directory.relative_to(REPO)}: {rows} rows, {size / 1e6:.0f} MB in {seconds:.1f} s")
+    return directory
+
+
+def request_bodies(directory: Path) -> list[bytes]:
+    """The ``/verify`` bodies in rollout-file order: the materialized row with the rollout's ``response``."""
+    by_key: dict[tuple[int, int], dict[str, Any]] = {}
+    with open(directory / reverify_corpus.MATERIALIZED, "rb") as handle:
+        for line in handle:
+            row = orjson.loads(line)
+            by_key[(row["_ng_task_index"], row["_ng_rollout_index"])] = row
+    bodies = []
+    with open(directory / reverify_corpus.ROLLOUTS, "rb") as handle:
+        for line in handle:
+            rollout = orjson.loads(line)
+            body = dict(by_key[(rollout["_ng_task_index"], rollout["_ng_rollout_index"])])
+            body["response"] = rollout["response"]
+            bodies.append(orjson.dumps(body))
+    return bodies
+
+
+async def _bare(url: str, bodies: Sequence[bytes], concurrency: int) -> tuple[float, int]:
+    import aiohttp
+
+    position = 0
+    failures = 0
+    headers = {"Content-Type": "application/json"}
+
+    async def worker(session: aiohttp.ClientSession) -> None:
+        nonlocal position, failures
+        while position < len(bodies):
+            body = bodies[position]
+            position += 1
+            async with session.post(f"{url}/verify", data=body, headers=headers) as response:
+                answer = orjson.loads(await response.read())
+                if response.status != 200 or not isinstance(answer, dict):
+                    failures += 1
+
+    connector = aiohttp.TCPConnector(limit=concurrency)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        began = time.perf_counter()
+        await asyncio.gather(*(worker(session) for _ in range(concurrency)))
+        return time.perf_counter() - began, failures
+
+
+def bare_client(url: str, bodies: Sequence[bytes], concurrency: int) -> float:
+    """Requests per second of a plain aiohttp client over ``bodies``."""
+    seconds, failures = asyncio.run(_bare(url, bodies, concurrency))
+    if failures:
+        raise RuntimeError(f"bare client: {failures} of {len(bodies)} requests failed")
+    return len(bodies) / seconds
+
+
+def gymflow_executable() -> str:
+    beside = Path(sys.executable).parent / "gymflow"
+    found = str(beside) if beside.is_file() else shutil.which("gymflow")
+    if not found:
+        raise SystemExit("no gymflow executable beside sys.executable or on PATH")
+    return found
+
+
+def _count_lines(path: Path) -> int:
+    try:
+        with open(path, "rb") as handle:
+            return sum(chunk.count(b"\n") for chunk in iter(lambda: handle.read(1 << 20), b""))
+    except FileNotFoundError:
+        return 0
+
+
+def run_gymflow(
+    label: str, corpus: Path, config: Path, work: Path, *, direct: bool, extra: Sequence[str]
+) -> Run:
+    """Run the command once on a fresh output, polling RSS of its tree and the output's growth."""
+    import psutil
+
+    rows = _count_lines(corpus / reverify_corpus.ROLLOUTS)
+    out_dir = work / label
+    shutil.rmtree(out_dir, ignore_errors=True)
+    out_dir.mkdir(parents=True)
+    output = out_dir / "reverified.jsonl"
+    command = [
+        gymflow_executable(), "eval", "reverify", "--config", str(config),
+        "--inputs", str(corpus / reverify_corpus.MATERIALIZED),
+        "--rollouts", str(corpus / reverify_corpus.ROLLOUTS),
+        "--output", str(output), *(["--direct"] if direct else []), *extra,
+    ]  # fmt: skip
+    env = dict(os.environ)
+    env.setdefault("DO_NOT_TRACK", "1")
+    env.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
+    first_growth: float | None = None
+    last_growth: float | None = None
+    last_size = 0
+    peak = 0
+    with open(out_dir / "stdout.txt", "wb") as out, open(out_dir / "stderr.txt", "wb") as err:
+        began = time.perf_counter()
+        process = psutil.Popen(command, stdout=out, stderr=err, env=env, cwd=out_dir)
+        while True:
+            try:
+                returncode = process.wait(timeout=POLL_SECONDS)
+                break
+            except psutil.TimeoutExpired:
+                pass
+            now = time.perf_counter()
+            if now - began > RUN_TIMEOUT_SECONDS:
+                for member in [*process.children(recursive=True), process]:
+                    member.kill()
+                returncode = process.wait()
+                break
+            try:
+                size = output.stat().st_size
+            except FileNotFoundError:
+                size = 0
+            if size > last_size:
+                first_growth = first_growth if first_growth is not None else now
+                last_growth, last_size = now, size
+            total = 0
+            try:
+                members = [process, *process.children(recursive=True)]
+            except psutil.NoSuchProcess:
+                continue
+            for member in members:
+                try:
+                    total += member.memory_info().rss
+                except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                    pass
+            peak = max(peak, total)
+        wall = time.perf_counter() - began
+    loop = last_growth - first_growth if first_growth is not None and last_growth is not None else None
+    stdout = (out_dir / "stdout.txt").read_text(errors="replace")
+    stderr = (out_dir / "stderr.txt").read_text(errors="replace")
+    return Run(label, rows, wall, loop, peak, returncode, _count_lines(output), stdout, stderr)
+
+
+def _report(run: Run, bare_rps: float) -> None:
+    if not run.ok:
+        last = [line for line in (run.stderr + run.stdout).splitlines() if line.strip()][-5:]
+        print(f"{run.label}: FAILED (exit {run.returncode}, {run.written} of {run.rows} rows written)")
+        print("    " + "\n    ".join(last))
+        return
+    loop_rps = run.rows_per_s(loop=True)
+    print(
+        f"{run.label}: {run.rows} rows, wall {run.wall_s:.2f} s = {run.rows_per_s():.0f} rows/s "
+        f"(ratio {run.rows_per_s() / bare_rps:.2f}); in-loop {run.loop_s or 0:.2f} s = {loop_rps:.0f} rows/s "
+        f"(ratio {loop_rps / bare_rps:.2f}); peak tree RSS {run.peak_tree_rss / 2**20:.0f} MB",
+        flush=True,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=20_000)
+    parser.add_argument("--small-rows", type=int, default=5_000)
+    parser.add_argument("--concurrency", type=int, default=32, help="the bare client's concurrency")
+    parser.add_argument("--concurrency-flag", action="store_true", help="also pass --concurrency to gymflow")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--server-workers", type=int, default=2)
+    parser.add_argument("--latency-ms", type=float, default=1.0)
+    parser.add_argument("--bare-only", action="store_true", help="only the bare aiohttp client")
+    prefect = parser.add_mutually_exclusive_group()
+    prefect.add_argument("--prefect", action="store_true", help="orchestrated run on the large corpus too")
+    prefect.add_argument("--no-prefect", action="store_true", help="skip the orchestrated run")
+    args = parser.parse_args(argv)
+
+    large = ensure_corpus(args.rows, args.seed)
+    small = ensure_corpus(args.small_rows, args.seed)
+    bodies = request_bodies(large)
+    server: ServerProcess = start_server(
+        "stateless", workers=args.server_workers, latency_ms=args.latency_ms, no_log=True, timeout_s=60
+    )
+    work = Path(tempfile.mkdtemp(prefix="gymflow-bench-reverify-"))
+    try:
+        workers, latency = args.server_workers, args.latency_ms
+        print(
+            f"server: {server.url}, {workers} uvicorn workers (uvloop, httptools), {latency:g} ms per /verify"
+        )
+        bare_client(server.url, bodies[:1000], args.concurrency)  # warm-up
+        bare_rps = bare_client(server.url, bodies, args.concurrency)
+        print(f"bare aiohttp: {len(bodies)} requests at concurrency {args.concurrency}: {bare_rps:.0f} req/s")
+        del bodies
+        if args.bare_only:
+            return 0
+        config = write_gym_config(
+            work / "gym_config.yaml", {"mcqa": server}, agents={reverify_corpus.AGENT: "mcqa"}
+        )
+        extra = ["--concurrency", str(args.concurrency)] if args.concurrency_flag else []
+        runs = [
+            run_gymflow("gymflow --direct (large)", large, config, work, direct=True, extra=extra),
+            run_gymflow("gymflow --direct (small)", small, config, work, direct=True, extra=extra),
+        ]
+        for run in runs:
+            _report(run, bare_rps)
+        if not args.no_prefect:
+            corpus = large if args.prefect else small
+            orchestrated = run_gymflow("gymflow Prefect", corpus, config, work, direct=False, extra=extra)
+            _report(orchestrated, bare_rps)
+            runs.append(orchestrated)
+        direct = runs[0]
+        if direct.ok:
+            wall_ratio = direct.rows_per_s() / bare_rps
+            loop_ratio = direct.rows_per_s(loop=True) / bare_rps
+            print(f"ratio = {wall_ratio:.2f} (wall), {loop_ratio:.2f} (in-loop); target >= 0.8")
+            small_mb, large_mb = runs[1].peak_tree_rss / 2**20, direct.peak_tree_rss / 2**20
+            print(
+                f"peak RSS: {small_mb:.0f} MB at {runs[1].rows} rows, "
+                f"{large_mb:.0f} MB at {direct.rows} rows; target <= 200 MB, flat"
+            )
+        return 0 if all(run.ok for run in runs) else 1
+    finally:
+        server.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
