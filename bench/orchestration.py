@@ -1,0 +1,187 @@
+"""Benchmark: what orchestration costs over ``--direct`` (issue: the post-evaluation pipeline).
+
+Run from the repo root: ``python bench/orchestration.py [--rows N]``.
+
+In one run, on the seeded corpus of ``bench.health`` (default 40,000 rollouts):
+
+1. ``trivial``: Prefect's own floor, a one-task flow in a fresh interpreter, against the local
+   server gymflow's embedded default started (an already running server, which is what the
+   default is after the first command); ``trivial_ephemeral``: the same with no API configured
+   (Prefect's throwaway server, what gymflow used to do).
+2. ``cold``: the first orchestrated command on a fresh ``PREFECT_HOME`` (starts the server).
+3. ``direct``: ``gymflow eval health-check --direct`` (no cache).
+4. ``orchestrated``: the same without ``--direct``, embedded default (no cache), and against a
+   server started by hand with ``prefect server start`` (``PREFECT_API_URL`` set).
+5. ``cached``: each path rerun over unchanged inputs (a provenance hit), and the time to hash the
+   input, the floor of any cached run.
+
+Prints ``overhead = orchestrated - direct`` beside the trivial flow (target: overhead <= trivial
++ 1 s) and ``cached`` beside ``hash + trivial + 1 s``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from bench.health import (  # noqa: E402
+    Measurement,
+    clear_reports,
+    ensure_corpus,
+    gymflow_executable,
+    run_measured,
+    warm_page_cache,
+)
+
+TRIVIAL = """
+from prefect import flow, task
+from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
+
+@task
+def one() -> int:
+    return 1
+
+@flow
+def trivial() -> int:
+    return one()
+
+with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
+    trivial()
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _hash_seconds(path: Path) -> float:
+    began = time.perf_counter()
+    digest = hashlib.sha256()
+    with open(path, "rb", buffering=0) as handle:
+        while chunk := handle.read(8 << 20):
+            digest.update(chunk)
+    return time.perf_counter() - began
+
+
+def _timed(command: Sequence[str], env: Mapping[str, str]) -> Measurement:
+    measurement = run_measured(command, env)
+    if not measurement.ok:
+        detail = measurement.stderr[-2000:]
+        raise SystemExit(f"failed ({measurement.returncode}): {' '.join(command)}\n{detail}")
+    return measurement
+
+
+def _wait_healthy(url: str, timeout_s: float = 120.0) -> None:
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/health", timeout=1.0).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise SystemExit(f"no Prefect API at {url} after {timeout_s} s")
+
+
+def _verdict(value: float, cap: float) -> str:
+    return "met" if value <= cap else "MISSED"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=40_000)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--avg-bytes", type=int, default=16_000)
+    args = parser.parse_args(argv)
+    gymflow = gymflow_executable()
+    if gymflow is None:
+        raise SystemExit("gymflow is not installed (pip install -e .)")
+    run_dir = ensure_corpus(args.rows, args.seed, args.avg_bytes)
+    rollouts = run_dir / "rollouts.jsonl"
+    warm_page_cache(rollouts)
+    health = [gymflow, "eval", "health-check", str(run_dir)]
+
+    with tempfile.TemporaryDirectory(prefix="gymflow-bench-prefect-") as home:
+        env = {
+            **os.environ,
+            "PREFECT_HOME": home,
+            "PREFECT_SERVER_API_PORT": str(_free_port()),
+            "DO_NOT_TRACK": "1",
+            "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        }
+        env.pop("PREFECT_API_URL", None)
+        figures: dict[str, float] = {}
+        try:
+            clear_reports(run_dir)
+            figures["cold"] = _timed([*health, "--no-cache"], env).seconds
+            figures["trivial_ephemeral"] = _timed([sys.executable, "-c", TRIVIAL], env).seconds
+            local = {**env, "PREFECT_API_URL": f"http://127.0.0.1:{env['PREFECT_SERVER_API_PORT']}/api"}
+            figures["trivial"] = min(_timed([sys.executable, "-c", TRIVIAL], local).seconds for _ in range(3))
+            figures["direct"] = _timed([*health, "--direct", "--no-cache"], env).seconds
+            figures["direct_cached"] = _timed([*health, "--direct"], env).seconds
+            figures["orchestrated"] = _timed([*health, "--no-cache"], env).seconds
+            figures["orchestrated_cached"] = _timed(health, env).seconds
+        finally:
+            subprocess.run([gymflow, "ui", "--stop"], env=env, capture_output=True, check=False)
+
+        # The same against a server the user started by hand.
+        port = _free_port()
+        url = f"http://127.0.0.1:{port}/api"
+        server = subprocess.Popen(
+            [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        try:
+            _wait_healthy(url)
+            running = {**env, "PREFECT_API_URL": url}
+            figures["trivial_running"] = min(
+                _timed([sys.executable, "-c", TRIVIAL], running).seconds for _ in range(3)
+            )
+            figures["running"] = _timed([*health, "--no-cache"], running).seconds
+            figures["running_cached"] = _timed(health, running).seconds
+        finally:
+            os.killpg(server.pid, 15)
+            server.wait(timeout=30)
+    figures["hash"] = _hash_seconds(rollouts)
+
+    size_mb = rollouts.stat().st_size / 1e6
+    print(f"corpus: {args.rows} rows, {size_mb:.0f} MB ({run_dir.relative_to(REPO)})")
+    for name, value in figures.items():
+        print(f"{name:>20}: {value:7.2f} s")
+    for label, orchestrated, trivial, cached in (
+        ("embedded default", figures["orchestrated"], figures["trivial"], figures["orchestrated_cached"]),
+        ("running server", figures["running"], figures["trivial_running"], figures["running_cached"]),
+    ):
+        overhead = orchestrated - figures["direct"]
+        cached_cap = figures["hash"] + trivial + 1
+        print(
+            f"{label}: overhead = orchestrated - direct = {overhead:.2f} s "
+            f"(target <= trivial {trivial:.2f} + 1 s: {_verdict(overhead, trivial + 1)}); "
+            f"cached rerun = {cached:.2f} s (target <= hash {figures['hash']:.2f} + trivial + 1 = "
+            f"{cached_cap:.2f} s: {_verdict(cached, cached_cap)})"
+        )
+    print(f"first command on a fresh PREFECT_HOME (starts the local server): {figures['cold']:.2f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
