@@ -10,6 +10,7 @@ included).
 
 from __future__ import annotations
 
+import functools
 import os
 import shlex
 import shutil
@@ -17,6 +18,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -28,6 +30,7 @@ from urllib.parse import urlsplit
 import httpx
 import yaml
 
+from gymflow import lifeline
 from gymflow.errors import GymflowError
 
 DEFAULT_HOST = "127.0.0.1"
@@ -94,7 +97,8 @@ class _Launched:
     log_path: Path
     watchdog: subprocess.Popen[bytes] | None = None
     watchdog_pipe: int | None = None
-    started: float = field(default_factory=time.monotonic)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    stopped: bool = False
 
 
 def to_plain(value: Any) -> Any:
@@ -117,7 +121,8 @@ def server_block(gym_config: Mapping[str, Any], name: str) -> ServerBlock:
     base_url = block.get("base_url")
     if base_url:
         parts = urlsplit(str(base_url))
-        return ServerBlock(name, str(impl), block, parts.hostname or DEFAULT_HOST, parts.port, str(base_url))
+        url = str(base_url).rstrip("/")
+        return ServerBlock(name, str(impl), block, parts.hostname or DEFAULT_HOST, parts.port, url)
     host = str(block.get("host") or DEFAULT_HOST)
     port = int(block["port"]) if block.get("port") not in (None, "") else None
     url = f"http://{host}:{port}" if port is not None else f"http://{host}"
@@ -231,7 +236,14 @@ def _group_alive(pgid: int) -> bool:
 
 
 def _stop(launched: _Launched, timeout_s: float = STOP_TIMEOUT_S) -> None:
-    """SIGTERM the server's process group, SIGKILL it after ``timeout_s``; end the watchdog."""
+    """SIGTERM the server's process group, SIGKILL it after ``timeout_s``; end the watchdog. Idempotent."""
+    with launched.lock:
+        if not launched.stopped:
+            _stop_locked(launched, timeout_s)
+            launched.stopped = True
+
+
+def _stop_locked(launched: _Launched, timeout_s: float) -> None:
     pgid = launched.proc.pid
     if launched.proc.poll() is None or _group_alive(pgid):
         _signal_group(pgid, signal.SIGTERM)
@@ -287,7 +299,8 @@ def ensure_servers(
     """Yield ``{name: url}`` for the resources servers ``names``, launching those that can be and are not up.
 
     ``python`` and ``directory`` are the interpreter and working directory of ``entrypoint`` servers whose
-    block names none (``python``, ``dir``/``server_dir`` keys). Launched servers are stopped at exit.
+    block names none (``python``, ``dir``/``server_dir`` keys). Launched servers are stopped at exit (and
+    by :func:`gymflow.lifeline.run_cleanups` while the context is open, for a CLI's signal handler).
     """
     urls: dict[str, str] = {}
     to_launch: list[ServerBlock] = []
@@ -302,16 +315,21 @@ def ensure_servers(
         urls[name] = server.url
         to_launch.append(server)
     launched: list[_Launched] = []
+    unregister: list[Callable[[], None]] = []
     log_dir = Path(tempfile.mkdtemp(prefix="gymflow-servers-")) if to_launch else None
     try:
         for server in to_launch:
             assert log_dir is not None
             argv, cwd, env = _launch_argv(server, gym_config, python, directory)
             echo(f"Starting resources server '{server.name}' on {server.url}: {shlex.join(argv)}")
-            launched.append(_start(server, argv, cwd, env, log_dir))
+            running = _start(server, argv, cwd, env, log_dir)
+            launched.append(running)
+            unregister.append(lifeline.add_cleanup(functools.partial(_stop, running)))
         _await_started(launched, timeout_s, echo)
         yield urls
     finally:
+        for remove in unregister:
+            remove()
         for running in reversed(launched):
             _stop(running)
             echo(f"Stopped resources server '{running.name}'")

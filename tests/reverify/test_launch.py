@@ -71,7 +71,7 @@ def test_urls_from_blocks() -> None:
         "c": {"resources_servers": {"y": {"port": 7}}},
     }
     assert server_block(config, "a").url == "http://10.0.0.1:8001"
-    assert server_block(config, "b").url == "http://other:9/"
+    assert server_block(config, "b").url == "http://other:9"
     assert (server_block(config, "c").url, server_block(config, "c").impl) == ("http://127.0.0.1:7", "y")
     with pytest.raises(GymflowError, match="'agent' is not a resources server block"):
         server_block({"agent": {"responses_api_agents": {}}}, "agent")
@@ -247,6 +247,8 @@ def test_parent_interrupted_or_killed_leaves_no_server(sig: signal.Signals) -> N
             except ProcessLookupError:
                 pass
         parent.wait(5)
+        assert parent.stdout is not None
+        parent.stdout.close()
 
 
 def test_gym_config_file_fixture_block_is_launchable(gym_config_file: Callable[..., Path]) -> None:
@@ -257,3 +259,13 @@ def test_gym_config_file_fixture_block_is_launchable(gym_config_file: Callable[.
         yaml.safe_load(path.read_text()), ["mcqa"], echo=lambda _: None, timeout_s=20
     ) as urls:
         assert mode_of(urls["mcqa"]) == "stateless"
+
+
+def test_lifeline_cleanups_stop_launched_servers_while_open() -> None:
+    from gymflow import lifeline
+
+    with ensure_servers(command_config(), ["mcqa"], echo=lambda _: None, timeout_s=20) as urls:
+        port = int(urls["mcqa"].rsplit(":", 1)[1])
+        lifeline.run_cleanups(10)  # what a CLI signal handler does before exiting
+        assert port_is_free(port)
+    assert port_is_free(port)
