@@ -1,0 +1,66 @@
+"""What every flow run publishes to Prefect: the orchestrator block of its provenance records, a
+markdown summary, a table of its inputs with their SHA-256, and a link to every report.
+
+Artifacts are keyed by the command and the run location, so the Artifacts page keeps one history
+per run directory; links are absolute (``file://`` locally), so they open from the UI later.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
+from prefect.runtime import flow_run
+
+from gymflow import provenance, storage
+
+
+def orchestrator() -> dict[str, Any]:
+    """The ``orchestrator`` block of a provenance record written inside this flow run."""
+    return {
+        "kind": "prefect",
+        "flow_run_id": flow_run.get_id(),
+        "flow_run_url": flow_run.get_flow_run_ui_url(),
+    }
+
+
+def artifact_key(command: str, location: str) -> str:
+    """``<command>-<location name>-<8 hex of its URI>``: lowercase, digits and dashes only."""
+    uri = storage.to_uri(location)
+    name = re.sub(r"[^a-z0-9]+", "-", storage.name(uri.rstrip("/")).lower()).strip("-") or "run"
+    return f"{command}-{name[:40]}-{hashlib.sha256(uri.encode()).hexdigest()[:8]}"
+
+
+def publish(
+    command: str,
+    location: str,
+    summary_markdown: str,
+    inputs: Sequence[provenance.FileDigest],
+    reports: Mapping[str, str],
+) -> None:
+    """The three artifact kinds of a run (also for a cached run: it links the reports it found)."""
+    key = artifact_key(command, location)
+    uris = {label: storage.to_uri(url) for label, url in reports.items()}
+    links = "\n".join(f"- {label}: [{uri}]({uri})" for label, uri in uris.items())
+    create_markdown_artifact(f"{summary_markdown}\n\n{links}\n", key=f"{key}-summary", description=command)
+    if inputs:
+        create_table_artifact(
+            [{"uri": item.uri, "sha256": item.sha256, "bytes": item.bytes} for item in inputs],
+            key=f"{key}-inputs",
+            description=f"{command}: inputs and their SHA-256",
+        )
+    for label, uri in uris.items():
+        create_link_artifact(uri, link_text=label, description=f"{command}: {label}")
+
+
+def record_inputs(record_url: str) -> list[provenance.FileDigest]:
+    """The inputs a provenance record lists (what a cached run publishes)."""
+    record = provenance.read_record(record_url) or {}
+    out: list[provenance.FileDigest] = []
+    for entry in record.get("inputs", []):
+        if isinstance(entry, Mapping) and {"uri", "sha256", "bytes"} <= entry.keys():
+            out.append(provenance.FileDigest(str(entry["uri"]), str(entry["sha256"]), int(entry["bytes"])))
+    return out

@@ -1,0 +1,106 @@
+"""The ``eval post`` flow: the pipeline of :mod:`gymflow.pipeline` with each step a subflow.
+
+It holds no logic: :func:`gymflow.pipeline.run_post` decides what runs; :class:`FlowSteps` runs
+each command as its own flow (so its provenance says ``prefect`` and its tasks and artifacts show
+under this run); the console text is collected and returned for the CLI to print.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from prefect import flow, tags
+from prefect.runtime import flow_run
+
+from gymflow import pipeline, storage
+from gymflow.aggregate import AggregateOptions, AggregateOutcome
+from gymflow.flows._publish import publish, record_inputs
+from gymflow.health import HealthOutcome
+from gymflow.join.run import JoinResult, JoinSettings
+from gymflow.pipeline import Echo, PipelineSummary, PostOptions
+
+
+class FlowSteps:
+    """Each command as a subflow of the running flow."""
+
+    def __init__(self, offload_workers: int | None) -> None:
+        self.offload_workers = offload_workers
+
+    def aggregate(self, options: AggregateOptions, echo: Echo) -> AggregateOutcome:
+        from gymflow.flows.aggregate import aggregate_flow
+
+        result = aggregate_flow(options=options, storage_options=storage.current_options())
+        for line in result.console_lines:
+            echo(line)
+        return result.outcome
+
+    def join(self, settings: JoinSettings, use_cache: bool) -> JoinResult:
+        from gymflow.flows.join import join_flow
+
+        return join_flow(settings=settings, use_cache=use_cache, storage_options=storage.current_options())
+
+    def health(
+        self,
+        paths: Sequence[str],
+        report_dir: str,
+        workers: int | None,
+        ignored: tuple[str, ...],
+        use_cache: bool,
+    ) -> HealthOutcome:
+        from gymflow.flows.health import health_check
+
+        return health_check(
+            paths=list(paths),
+            report_dir=report_dir,
+            workers=workers,
+            ignored_checks=list(ignored),
+            use_cache=use_cache,
+            storage_options=storage.current_options(),
+            offload_workers=self.offload_workers,
+        )
+
+    def reverify(self, options: Any, gym_config: Mapping[str, Any], echo: Echo) -> Any:
+        from gymflow.flows.reverify import reverify_flow
+
+        result = reverify_flow(options=options, gym_config=dict(gym_config))
+        for line in result.console_lines:
+            echo(line)
+        return result.outcome
+
+
+@dataclass
+class PostResult:
+    summary: PipelineSummary
+    console_lines: list[str] = field(default_factory=list)
+    flow_run_url: str | None = None
+
+
+def _markdown(summary: PipelineSummary) -> str:
+    return "# eval post\n\n```\n" + "\n".join(summary.lines()[2:]) + "\n```"
+
+
+@flow(name="eval-post", log_prints=False, validate_parameters=False)
+def post_flow(
+    options: PostOptions,
+    storage_options: dict[str, dict[str, Any]] | None = None,
+    offload_workers: int | None = None,
+) -> PostResult:
+    """Aggregate, join, health-check and reverify the run at ``options.run``, as configured."""
+    storage.configure(storage_options or {})
+    lines: list[str] = []
+    with tags("eval post", storage.name(options.run.rstrip("/"))):
+        summary = pipeline.run_post(options, FlowSteps(offload_workers), lines.append)
+    reports = {f"{step.name}: {label}": url for step in summary.steps for label, url in step.reports.items()}
+    records = [url for url in reports.values() if storage.isfile(_record_of(url))]
+    inputs = list({item.uri: item for url in records for item in record_inputs(_record_of(url))}.values())
+    reports.update({f"provenance of {storage.name(url)}": _record_of(url) for url in records})
+    publish("eval-post", options.run, _markdown(summary), inputs, reports)
+    return PostResult(summary, lines, flow_run.get_flow_run_ui_url())
+
+
+def _record_of(report: str) -> str:
+    from gymflow import provenance
+
+    return provenance.record_path(report)

@@ -1,0 +1,276 @@
+"""The one place that chains commands.
+
+``eval post RUN``: aggregate (when the run has shards) -> join (when rows carry raw capture but no
+``ng_trajectory``) -> health-check -> reverify (when configured). ``eval aggregate``: aggregate ->
+health-check (aggregate.md §1.8). Each step is one command of a core package, run through a
+:class:`Steps` implementation: :class:`DirectSteps` calls the core in this process; the Prefect
+flows pass an implementation whose steps are subflows, so the sequence below is the same in both
+paths and a Prefect run is a Prefect run all the way down.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal, Protocol
+
+import orjson
+
+from gymflow import storage
+from gymflow.aggregate import AggregateOptions, AggregateOutcome
+from gymflow.errors import GymflowError
+from gymflow.health import HealthOutcome
+from gymflow.join.run import JoinResult, JoinSettings
+
+logger = logging.getLogger(__name__)
+
+Echo = Callable[[str], None]
+StepStatus = Literal["ran", "up to date", "skipped", "failed"]
+HEALTH_FAILED = "Rollout health checks failed after aggregation; aggregate artifacts are still available."
+_RAW_EVIDENCE = ("ng_model_call_capture", "ng_agent_observations")
+
+
+class Steps(Protocol):
+    """One way of running each command: in-process, or as Prefect subflows."""
+
+    def aggregate(self, options: AggregateOptions, echo: Echo) -> AggregateOutcome: ...
+
+    def join(self, settings: JoinSettings, use_cache: bool) -> JoinResult: ...
+
+    def health(
+        self,
+        paths: Sequence[str],
+        report_dir: str,
+        workers: int | None,
+        ignored: tuple[str, ...],
+        use_cache: bool,
+    ) -> HealthOutcome: ...
+
+    def reverify(self, options: Any, gym_config: Mapping[str, Any], echo: Echo) -> Any: ...
+
+
+@dataclass(frozen=True)
+class HealthStep:
+    workers: int | None = None
+    ignored: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class PostOptions:
+    """``eval post`` after its config is composed and validated (the CLI builds it)."""
+
+    run: str
+    shards: str = "shards/*.jsonl"
+    """Glob of shard files, relative to the run; none matching means the run is not sharded."""
+    rollouts: str = "rollouts.jsonl"
+    """The run's rollouts (the merged file when there are shards)."""
+    capture_dir: str = "model-calls"
+    health: HealthStep = field(default_factory=HealthStep)
+    aggregate: AggregateOptions | None = None
+    """Aggregate settings; ``input_glob``/``output`` are filled from ``shards``/``rollouts``."""
+    reverify: Any = None
+    """ReverifyOptions when the config enables the reverify step, else None."""
+    gym_config: Mapping[str, Any] = field(default_factory=dict)
+    use_cache: bool = True
+
+    def path(self, relative: str) -> str:
+        return storage.resolve_under(self.run, relative)
+
+
+@dataclass
+class StepReport:
+    """What one step of a pipeline did, for the closing summary and the flow's artifacts."""
+
+    name: str
+    status: StepStatus
+    reports: dict[str, str] = field(default_factory=dict)
+    lines: list[str] = field(default_factory=list)
+
+
+@dataclass
+class PipelineSummary:
+    steps: list[StepReport] = field(default_factory=list)
+    verdicts: dict[str, int] = field(default_factory=dict)
+    key_metrics: dict[str, dict[str, Any]] = field(default_factory=dict)
+    failures: dict[str, int] = field(default_factory=dict)
+
+    def step(self, name: str) -> StepReport | None:
+        return next((step for step in self.steps if step.name == name), None)
+
+    def lines(self) -> list[str]:
+        """The closing summary printed after every step's own output."""
+        out = ["", "Summary:"]
+        for step in self.steps:
+            where = ", ".join(f"{label} {url}" for label, url in step.reports.items())
+            out.append(f"  {step.name}: {step.status}" + (f" ({where})" if where else ""))
+        if self.verdicts:
+            out.append("  verdicts: " + ", ".join(f"{count} {name}" for name, count in self.verdicts.items()))
+        for label, metrics in self.key_metrics.items():
+            shown = ", ".join(f"{name} {value}" for name, value in metrics.items())
+            out.append(f"  key metrics of {label}: {shown}")
+        if self.failures:
+            out.append(
+                "  failures by class: " + ", ".join(f"{n} {c}" for c, n in sorted(self.failures.items()))
+            )
+        return out
+
+
+def needs_join(path: str) -> bool:
+    """Whether a rollouts file's rows carry raw capture or observations but no ``ng_trajectory``
+    (judged on its first readable row: a run is joined as a whole or not at all)."""
+    for _, line in storage.iter_lines(path):
+        if not line.strip():
+            continue
+        try:
+            row = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(row, dict):
+            return "ng_trajectory" not in row and any(key in row for key in _RAW_EVIDENCE)
+    return False
+
+
+def aggregate_then_health(
+    options: AggregateOptions, steps: Steps, echo: Echo
+) -> tuple[AggregateOutcome, HealthOutcome | None, str | None]:
+    """``eval aggregate``: merge and metrics, then health-check the merged file (§1.8). A failing
+    health check is logged and returned as text; it never fails the command."""
+    outcome = steps.aggregate(replace(options, health_check=False), echo)
+    if not options.health_check:
+        return outcome, None, None
+    paths = [options.output] if options.merge_shards else list(outcome.shards)
+    try:
+        health = steps.health(
+            paths,
+            storage.parent(options.output),
+            options.health_check_workers,
+            options.health_check_ignored,
+            options.use_cache,
+        )
+    except Exception as exc:  # noqa: BLE001 - a health failure must not fail the command (§1.8)
+        logger.warning(HEALTH_FAILED)
+        logger.debug("health check failure", exc_info=True)
+        return outcome, None, f"{type(exc).__name__}: {exc}"
+    echo(health.console_line)
+    echo(f"Quality summary: {health.summary_url}")
+    return outcome, health, None
+
+
+def run_post(options: PostOptions, steps: Steps, echo: Echo) -> PipelineSummary:
+    """``eval post``: every step whose inputs are present, in order; one summary at the end."""
+    summary = PipelineSummary()
+    rollouts = options.path(options.rollouts)
+    shards = _matching(options.path(options.shards))
+
+    if shards:
+        base = options.aggregate or AggregateOptions(input_glob="", output="")
+        aggregate = replace(
+            base, input_glob=options.path(options.shards), output=rollouts, health_check=False
+        )
+        outcome = steps.aggregate(aggregate, echo)
+        report = StepReport("aggregate", "up to date" if outcome.up_to_date else "ran")
+        if outcome.merged:
+            report.reports["merged"] = outcome.output
+        report.reports["metrics"] = outcome.metrics_path
+        summary.steps.append(report)
+        for entry in outcome.entries:
+            summary.key_metrics[entry["agent_ref"]["name"]] = dict(entry.get("key_metrics", {}))
+        if outcome.coverage is not None:
+            for name, count in outcome.coverage.dropped.items():
+                summary.failures[name] = summary.failures.get(name, 0) + count
+    else:
+        summary.steps.append(StepReport("aggregate", "skipped", lines=["no shards"]))
+
+    if not storage.isfile(rollouts):
+        raise _NoRollouts(
+            f"no rollouts to check in {options.run}: {rollouts} does not exist and no shards matched"
+        )
+
+    checked = rollouts
+    if needs_join(rollouts):
+        from gymflow.join.run import resolve_settings
+
+        settings = resolve_settings(options.run, options.rollouts, options.capture_dir)
+        result = steps.join(settings, options.use_cache)
+        summary.steps.append(
+            StepReport("join", "up to date" if result.up_to_date else "ran", {"joined": settings.output})
+        )
+        checked = settings.output
+    else:
+        summary.steps.append(StepReport("join", "skipped", lines=["rows already carry ng_trajectory"]))
+
+    health = steps.health(
+        [checked], options.run, options.health.workers, options.health.ignored, options.use_cache
+    )
+    echo(health.console_line)
+    summary.steps.append(
+        StepReport(
+            "health-check", "up to date" if health.up_to_date else "ran", {"summary": health.summary_url}
+        )
+    )
+    summary.verdicts = dict(health.summary.get("run", {}).get("verdicts", {}))
+
+    if options.reverify is None:
+        summary.steps.append(
+            StepReport("reverify", "skipped", lines=["not enabled (reverify.enabled=false)"])
+        )
+    else:
+        result = steps.reverify(options.reverify, options.gym_config, echo)
+        summary.steps.append(_reverify_report(result))
+        for name, count in getattr(result, "failures_by_class", {}).items():
+            summary.failures[name] = summary.failures.get(name, 0) + count
+    return summary
+
+
+def _reverify_report(result: Any) -> StepReport:
+    status: StepStatus = "up to date" if getattr(result, "verified", 1) == 0 else "ran"
+    reports = {"reverified": str(result.output)}
+    aggregate = getattr(result, "aggregate_path", None)
+    if aggregate:
+        reports["metrics"] = str(aggregate)
+    return StepReport("reverify", status, reports)
+
+
+class _NoRollouts(GymflowError):
+    """``eval post`` found neither shards nor a rollouts file."""
+
+
+def _matching(pattern: str) -> list[str]:
+    from gymflow.aggregate import select_shards
+
+    try:
+        return select_shards(pattern)
+    except GymflowError:
+        return []
+
+
+class DirectSteps:
+    """Each step in this process, as ``--direct`` runs it."""
+
+    def aggregate(self, options: AggregateOptions, echo: Echo) -> AggregateOutcome:
+        from gymflow.aggregate import run_aggregate
+
+        return run_aggregate(options, echo=echo)
+
+    def join(self, settings: JoinSettings, use_cache: bool) -> JoinResult:
+        from gymflow.join.direct import run_join
+
+        return run_join(settings, use_cache=use_cache)
+
+    def health(
+        self,
+        paths: Sequence[str],
+        report_dir: str,
+        workers: int | None,
+        ignored: tuple[str, ...],
+        use_cache: bool,
+    ) -> HealthOutcome:
+        from gymflow.health import run_health
+
+        return run_health(paths, report_dir, workers, ignored, use_cache=use_cache)
+
+    def reverify(self, options: Any, gym_config: Mapping[str, Any], echo: Echo) -> Any:
+        from gymflow.reverify import run_reverify
+
+        return run_reverify(options, gym_config, echo)
