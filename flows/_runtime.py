@@ -32,7 +32,7 @@ R = TypeVar("R")
 def task_runner(config: RunnerConfig, workers: int) -> TaskRunner[Any]:
     """A process pool on this machine, or a Dask cluster (``runner.kind: dask``)."""
     if config.kind == "dask":
-        from prefect_dask import DaskTaskRunner  # type: ignore[import-not-found]
+        from prefect_dask import DaskTaskRunner
 
         if config.dask_address:
             return DaskTaskRunner(address=config.dask_address)  # type: ignore[no-any-return]

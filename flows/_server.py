@@ -31,6 +31,11 @@ PID_FILE = "server.pid"
 LOG_FILE = "gymflow-server.log"
 LOCK_FILE = "gymflow-server.lock"
 
+# The server outlives the command that starts it. Its Popen handle is kept for the life of this
+# process: a handle collected while the child runs emits a ResourceWarning ("subprocess ... is
+# still running").
+_LAUNCHED: list[subprocess.Popen[bytes]] = []
+
 
 class PrefectServerError(GymflowError):
     """The local Prefect server could not be started."""
@@ -147,6 +152,7 @@ def ensure(timeout_s: float) -> tuple[str, bool]:
                 env=env,
                 start_new_session=True,
             )
+        _LAUNCHED.append(process)
         (home() / PID_FILE).write_text(str(process.pid))
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
@@ -173,6 +179,10 @@ def _terminate(pid: int, grace_s: float = 10.0) -> None:
         time.sleep(0.1)
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)
+    for process in [launched for launched in _LAUNCHED if launched.pid == pid]:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=grace_s)  # records the exit, so the handle no longer warns
+        _LAUNCHED.remove(process)
 
 
 def stop() -> bool:

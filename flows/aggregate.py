@@ -13,11 +13,11 @@ from typing import Any
 from prefect import flow
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.runtime import flow_run
-from prefect.utilities.annotations import quote
 
 from gymflow import aggregate as core
 from gymflow import provenance, storage
 from gymflow.aggregate import AggregateOptions, AggregateOutcome
+from gymflow.flows._annotations import unwalked
 from gymflow.tasks import aggregate as tasks
 
 
@@ -77,13 +77,13 @@ def aggregate_flow(options: AggregateOptions, storage_options: dict[str, Any] | 
         lines.append(core.loaded_line(parts))
         if options.merge_shards:
             lines.append(f"Merging shards into {options.output}")
-            merged = tasks.merge_shards(quote(parts), options.output)
+            merged = tasks.merge_shards(unwalked(parts), options.output)
     finally:
         shutil.rmtree(spool_dir, ignore_errors=True)
-    # quote(): Prefect would otherwise walk every per-row number of these arguments for futures.
-    reduction = tasks.reduce_metrics(quote(parts), options)
+    # unwalked(): Prefect would otherwise walk every per-row number of these arguments for futures.
+    reduction = tasks.reduce_metrics(unwalked(parts), options)
     core.apply_server_metrics(reduction, options, shards)
-    tasks.write_outputs(quote(parts), quote(reduction), options, _orchestrator(), started_at, merged)
+    tasks.write_outputs(unwalked(parts), unwalked(reduction), options, _orchestrator(), started_at, merged)
     core.report_run(reduction, options, outcome, lines.append)
     _publish(outcome)
     return FlowOutcome(outcome, lines)

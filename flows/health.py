@@ -11,9 +11,9 @@ from typing import Any
 from prefect import flow
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.runtime import flow_run
-from prefect.utilities.annotations import quote
 
 from gymflow import health, provenance, storage
+from gymflow.flows._annotations import unwalked
 from gymflow.flows._runtime import process_pool
 from gymflow.health import HealthOutcome
 from gymflow.tasks import health as tasks
@@ -72,8 +72,8 @@ def health_check(
             for byte_range in plan.ranges
         ]
         results = [future.result() for future in futures]
-    # quote(): Prefect would otherwise walk every row of these arguments looking for futures.
-    report = tasks.reduce_report(plan, quote(results))
+    # unwalked(): Prefect would otherwise walk every row of these arguments looking for futures.
+    report = tasks.reduce_report(plan, unwalked(results))
     write = tasks.write_reports.with_options(
         assets=[
             storage.to_uri(summary_url),
@@ -81,6 +81,6 @@ def health_check(
         ],
         asset_deps=[digest.uri for digest in inputs],
     )
-    outcome = write(plan, quote(report), report_dir, inputs, _orchestrator(), started_at)
+    outcome = write(plan, unwalked(report), report_dir, inputs, _orchestrator(), started_at)
     _publish(outcome)
     return outcome

@@ -2,7 +2,9 @@
 
 One task per shard reads it once (hash, parse, per-row facts, sidecars); ``merge-shards`` writes
 the merged file; ``reduce-metrics`` computes every group's metrics; ``write-outputs`` writes the
-metrics file and the provenance record. I/O tasks retry with backoff; the reduce does not.
+metrics file and the provenance record. I/O tasks retry with backoff; the reduce does not. No task
+caches: the up-to-date check is the provenance record's (core); Prefect's input hashing would
+only cost time.
 """
 
 from __future__ import annotations
@@ -16,12 +18,10 @@ from prefect.cache_policies import NO_CACHE
 from gymflow import aggregate, storage
 from gymflow.aggregate import AggregateOptions, Reduction, ShardPart
 from gymflow.provenance import FileDigest
-
-# Up-to-date checks use the provenance record (core); Prefect's input hashing would only cost time.
-IO_RETRIES: dict[str, Any] = {"retries": 2, "retry_delay_seconds": [1, 5], "cache_policy": NO_CACHE}
+from gymflow.tasks._retries import IO_RETRIES
 
 
-@task(name="scan-shard", **IO_RETRIES)
+@task(name="scan-shard", cache_policy=NO_CACHE, **IO_RETRIES)
 def scan_shard(
     shard: str, index: int, options: AggregateOptions, spool_dir: str, storage_options: dict[str, Any]
 ) -> ShardPart:
@@ -29,7 +29,7 @@ def scan_shard(
     return aggregate.scan_part(shard, index, options, spool_dir)
 
 
-@task(name="merge-shards", **IO_RETRIES)
+@task(name="merge-shards", cache_policy=NO_CACHE, **IO_RETRIES)
 def merge_shards(parts: Sequence[ShardPart], output: str) -> FileDigest:
     return aggregate.write_merged([part.scan for part in parts], output)
 
@@ -39,7 +39,7 @@ def reduce_metrics(parts: Sequence[ShardPart], options: AggregateOptions) -> Red
     return aggregate.reduce_shards([p.scan for p in parts], [p.sidecars for p in parts], options.settings)
 
 
-@task(name="write-outputs", **IO_RETRIES)
+@task(name="write-outputs", cache_policy=NO_CACHE, **IO_RETRIES)
 def write_outputs(
     parts: Sequence[ShardPart],
     reduction: Reduction,

@@ -19,8 +19,7 @@ from prefect.context import TaskRunContext
 
 from gymflow import __version__, health, provenance
 from gymflow.health import ByteRange, HealthPlan, HealthReport, RangeResult
-
-IO_RETRIES = {"retries": 3, "retry_delay_seconds": [1, 4, 10]}
+from gymflow.tasks._retries import IO_RETRIES
 
 
 @task(name="hash-input", cache_policy=NO_CACHE, **IO_RETRIES)

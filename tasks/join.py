@@ -14,8 +14,7 @@ from gymflow import provenance, storage
 from gymflow.join import run
 from gymflow.join.run import JoinSettings
 from gymflow.join.stats import JoinStats
-
-IO_RETRIES = {"retries": 3, "retry_delay_seconds": [1, 4, 10]}
+from gymflow.tasks._retries import IO_RETRIES
 
 
 @task(name="join-up-to-date", **IO_RETRIES)

@@ -10,6 +10,8 @@ from typing import Any
 import orjson
 import pytest
 
+from gymflow import health
+
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
@@ -294,13 +296,12 @@ def test_example_plan_covers_every_variant_and_matches_the_committed_file() -> N
 
 
 def test_kinds_get_the_intended_verdicts(tmp_path: Path) -> None:
-    health = pytest.importorskip("gymflow.health")
     rows = _rows(160, seed=9, avg_bytes=2_500, mix={kind: 1.0 for kind in KINDS})
     path = tmp_path / "rollouts.jsonl"
     path.write_bytes(b"".join(row.line for row in rows))
     health.run_health([str(path)], workers=1, use_cache=False)
     copies = Counter((row.task, row.rollout) for row in rows if row.kind != "unreadable")
-    expected = Counter()
+    expected: Counter[str] = Counter()
     for row in rows:
         if row.kind == "unreadable" or copies[(row.task, row.rollout)] > 1:
             expected["unhealthy"] += 1

@@ -75,7 +75,7 @@ def test_05_malformed_line_names_file_and_line(tmp_path: Path, capsys: pytest.Ca
 
 
 def test_bad_index_names_file_line_and_field(tmp_path: Path) -> None:
-    shard = write_jsonl(tmp_path / "a.jsonl", [row(0, 0, 1.0), row("1", 0, 1.0)])
+    shard = write_jsonl(tmp_path / "a.jsonl", [row(0, 0, 1.0), row("1", 0, 1.0)])  # type: ignore[arg-type]
     with pytest.raises(InputError, match=r"line 2: _ng_task_index must be an integer, got \"1\""):
         run(str(shard), str(tmp_path / "out" / "m.jsonl"))
 

@@ -376,7 +376,7 @@ def test_34_std_num_turns_is_population() -> None:
     assert summary is not None and summary["std_num_turns"] == 1.118033988749895
 
 
-W9_TASKS = {
+W9_TASKS: dict[int, tuple[list[int], list[str | None]]] = {
     0: ([1, 1, 1, 1], ["A", "A", "A", "A"]),
     1: ([0, 0, 0, 0], ["B", "C", "B", None]),
     2: ([1, 0, 1, 0], ["A", "B", "A", "B"]),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
@@ -66,19 +67,27 @@ def test_s3_end_to_end_direct(local_run: Path, s3_bucket: str, capsys: pytest.Ca
     assert "Reports are up to date (provenance: " in cli.last_err  # type: ignore[attr-defined]
 
 
-def _asset_events(path: Path) -> list[str]:
-    """Asset events Prefect's local API stored for ``path`` (read from its SQLite database)."""
+def _asset_events(path: Path, wait_s: float = 15.0) -> list[str]:
+    """Asset events Prefect's local API stored for ``path`` (read from its SQLite database).
+
+    The server persists events in batches after the command has returned, so this waits (bounded)
+    for the first one to arrive."""
     from prefect.settings import get_current_settings
 
     url = get_current_settings().server.database.connection_url
     assert url is not None
     database = url.get_secret_value().split("///", 1)[1]
-    with sqlite3.connect(database) as connection:
-        rows = connection.execute(
-            "select event from events where resource_id = ? and event like 'prefect.asset.%'",
-            (path.as_uri(),),
-        )
-        return [row[0] for row in rows]
+    deadline = time.monotonic() + wait_s
+    while True:
+        with sqlite3.connect(database) as connection:
+            rows = connection.execute(
+                "select event from events where resource_id = ? and event like 'prefect.asset.%'",
+                (path.as_uri(),),
+            )
+            events = [row[0] for row in rows]
+        if events or time.monotonic() > deadline:
+            return events
+        time.sleep(0.2)
 
 
 def test_prefect_flow_writes_the_same_bytes(
