@@ -50,7 +50,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler = getattr(args, "handler", None)
     if handler is None:  # pragma: no cover - argparse requires a sub-command
         parser.error("a command is required")
-    status: int = handler(args, extras)
+    from gymflow.cli import interrupt
+
+    status: int = interrupt.run(handler, args, extras)
     return status
 
 
