@@ -269,3 +269,46 @@ def test_lifeline_cleanups_stop_launched_servers_while_open() -> None:
         lifeline.run_cleanups(10)  # what a CLI signal handler does before exiting
         assert port_is_free(port)
     assert port_is_free(port)
+
+
+CLI_READY = (REPO_ROOT / "gymflow" / "cli" / "reverify.py").is_file()
+
+
+@pytest.mark.skipif(
+    not CLI_READY, reason="gymflow/cli/reverify.py (the core helper's CLI) does not exist yet"
+)
+def test_cli_direct_launches_the_configured_server_and_stops_it(tmp_path: Path) -> None:
+    import orjson
+    import yaml
+
+    from tests.reverify.server_process import mcqa_rows
+
+    materialized, rollouts = mcqa_rows(3, 2, wrong=[(1, 0)])
+    (tmp_path / "inputs.jsonl").write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in materialized))
+    (tmp_path / "rollouts.jsonl").write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rollouts))
+    port = free_port()
+    config = {
+        **command_config(port=port),
+        "mcqa_simple_agent": {
+            "responses_api_agents": {"simple_agent": {"resources_server": {"name": "mcqa"}}}
+        },
+    }
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    gymflow = Path(sys.executable).parent / "gymflow"
+    command = [str(gymflow) if gymflow.is_file() else "gymflow", "eval", "reverify", "--direct"]
+    result = subprocess.run(
+        [*command, "--config", "config.yaml", "--inputs", "inputs.jsonl", "--rollouts", "rollouts.jsonl"]
+        + ["--output", "out/reverified.jsonl"],
+        cwd=tmp_path,
+        env=server_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = [orjson.loads(line) for line in (tmp_path / "out" / "reverified.jsonl").read_bytes().splitlines()]
+    rewards = {(r["_ng_task_index"], r["_ng_rollout_index"]): r["reward"] for r in rows}
+    assert rewards == {(t, r): 0.0 if (t, r) == (1, 0) else 1.0 for t in range(3) for r in range(2)}
+    assert port_is_free(port)
+    leftovers = [p for p in psutil.process_iter(["cmdline"]) if str(port) in (p.info["cmdline"] or [])]
+    assert leftovers == []
