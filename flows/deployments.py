@@ -1,0 +1,69 @@
+"""Flows that deployments run: plain JSON parameters (a run URI, config files, overrides), the
+options built exactly as the CLI builds them, then the command's own flow as a subflow.
+
+``gymflow serve`` serves them with their triggers (a ``gymflow.eval.completed`` event, the
+completion of a configured evaluation flow, a sweep schedule); ``deployments/prefect.yaml``
+declares the same for a work pool.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from prefect import flow
+
+from gymflow import provenance, storage
+from gymflow.flows.post import post_flow
+
+EVENT = "gymflow.eval.completed"
+"""The event ``gymflow notify RUN`` emits; its resource id is the run's URI."""
+
+
+def _configure() -> None:
+    from gymflow.cli.config import load_config
+
+    storage.configure(load_config().storage.options)
+
+
+@flow(name="post-run", log_prints=False)
+def post_run(run: str, config: Sequence[str] = (), overrides: Sequence[str] = ()) -> list[str]:
+    """``gymflow eval post RUN`` as a deployment; returns the summary lines."""
+    from gymflow.cli.post import build_options
+
+    _configure()
+    result = post_flow(
+        options=build_options(run, list(config), list(overrides), use_cache=True),
+        storage_options=storage.current_options(),
+    )
+    return [*result.console_lines, *result.summary.lines()]
+
+
+def is_stale(run: str) -> bool:
+    """Whether a run's health reports are missing or no longer match what they were made from."""
+    record = provenance.record_path(storage.join(run, "quality_summary.json"))
+    if not storage.isfile(record):
+        return True
+    return any(check.status != "ok" for check in provenance.verify(record))
+
+
+def candidate_runs(prefix: str) -> list[str]:
+    """Directories directly under ``prefix`` holding shards or a rollouts file."""
+    out = []
+    for entry in storage.glob(storage.join(prefix, "*")):
+        if not storage.isdir(entry):
+            continue
+        if storage.isfile(storage.join(entry, "rollouts.jsonl")) or storage.glob(
+            storage.join(entry, "shards", "*.jsonl")
+        ):
+            out.append(entry)
+    return sorted(out)
+
+
+@flow(name="post-sweep", log_prints=False)
+def post_sweep(prefix: str, config: Sequence[str] = (), overrides: Sequence[str] = ()) -> list[str]:
+    """Run ``post`` for every run under ``prefix`` whose reports are missing or stale."""
+    _configure()
+    stale = [run for run in candidate_runs(prefix) if is_stale(run)]
+    for run in stale:
+        post_run(run, config, overrides)
+    return stale
