@@ -42,7 +42,7 @@ def _local(manifest: str, entry: ManifestEntry, allow_outside: bool) -> str:
                 manifest,
                 entry,
                 f"resolves outside the manifest directory {base} (to {resolved}); "
-                "allow trajectories outside the manifest directory to read it",
+                "set allow_outside_manifest=true to read it",
             )
     return resolved
 
