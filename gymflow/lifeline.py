@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import signal
@@ -45,16 +46,19 @@ def table():
                 fields = handle.read().rsplit(b")", 1)[1].split()
         except OSError:
             continue
-        out[int(name)] = (int(fields[1]), fields[19])  # ppid, start time
+        out[int(name)] = (int(fields[1]), fields[19], fields[3])  # ppid, start time, session
     return out
 
 def descendants(root, exclude):
+    # A descendant in a session of its own (start_new_session) is meant to outlive us (the
+    # local Prefect server gymflow keeps running): it and its subtree are left alone.
     procs = table()
+    session = procs.get(root, (0, b"", None))[2]
     found, frontier = {}, [root]
     while frontier:
         current = frontier.pop()
-        for pid, (ppid, start) in procs.items():
-            if ppid == current and pid not in found and pid != exclude:
+        for pid, (ppid, start, sid) in procs.items():
+            if ppid == current and pid not in found and pid != exclude and sid == session:
                 found[pid] = start
                 frontier.append(pid)
     return found
@@ -142,8 +146,15 @@ def ensure_watchdog() -> None:
                 close_fds=True,
             )
             _watchdog_pid_owner = os.getpid()
+            atexit.register(_forget_watchdog)
         except OSError as exc:  # pragma: no cover - the workers still watch their parent
             logger.warning("cannot start the process watchdog: %s", exc)
+
+
+def _forget_watchdog() -> None:
+    """At exit the watchdog is meant to outlive us (it stops what we leave): no ResourceWarning."""
+    if _watchdog is not None and _watchdog.returncode is None:
+        _watchdog.returncode = 0
 
 
 def add_cleanup(callback: Callable[[], None]) -> Callable[[], None]:

@@ -270,6 +270,11 @@ _TIMEOUT_ERRORS = ("ReadTimeoutError", "ReadTimeout", "TimeoutError", "FSTimeout
 _CREDENTIAL_CODES = ("InvalidAccessKeyId", "SignatureDoesNotMatch", "NoCredentialsError", "ExpiredToken")
 
 
+def describe_error(exc: BaseException) -> str:
+    """One line saying what a storage backend's exception means (credentials, bucket, network)."""
+    return _explain(exc)
+
+
 def _explain(exc: BaseException) -> str:
     """One line saying what went wrong with a storage request, the backend's words included."""
     chain: list[BaseException] = []

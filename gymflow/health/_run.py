@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from gymflow import provenance, storage
+from gymflow import locking, provenance, storage
 from gymflow.health._report import HealthReport, console_line
 from gymflow.health._runner import (
     HealthPlan,
@@ -18,7 +18,7 @@ from gymflow.health._runner import (
     finish,
     plan,
     report_dir_for,
-    write_reports,
+    write_reports_digested,
 )
 
 logger = logging.getLogger(__name__)
@@ -54,13 +54,14 @@ def record_outputs(
     started_at: str,
 ) -> HealthOutcome:
     """Write both reports, then (last) their provenance record."""
-    summary_url, verdicts_url = write_reports(report, report_dir)
+    summary, verdicts = write_reports_digested(report, report_dir)
+    summary_url = storage.join(report_dir, "quality_summary.json")
     record_url = provenance.record_path(summary_url)
     record = provenance.build_record(
         command=COMMAND,
         cache_key=cache_key(plan_, inputs),
         inputs=list(inputs),
-        outputs=[provenance.digest(summary_url), provenance.digest(verdicts_url)],
+        outputs=[summary, verdicts],
         parameters={**parameters(plan_), "workers": plan_.workers},
         orchestrator=orchestrator,
         started_at=started_at,
@@ -95,6 +96,19 @@ def run_health(
     plan_ = plan(paths, workers, ignored_checks)
     directory = report_dir_for(paths, report_dir)
     summary_url = storage.join(directory, "quality_summary.json")
+    with locking.run_lock(summary_url, COMMAND):
+        return _run_locked(plan_, directory, summary_url, use_cache, progress, started_at)
+
+
+def _run_locked(
+    plan_: HealthPlan,
+    directory: str,
+    summary_url: str,
+    use_cache: bool,
+    progress: Progress | None,
+    started_at: str,
+) -> HealthOutcome:
+    """The run once the lock of its reports is held (see :mod:`gymflow.locking`)."""
     record_url = provenance.record_path(summary_url)
     if use_cache and _may_be_current(record_url, plan_.paths):
         inputs = _digests(plan_.paths)

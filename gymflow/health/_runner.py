@@ -17,11 +17,12 @@ from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import PurePath
 
-from gymflow import storage
+from gymflow import lifeline, storage
 from gymflow.errors import InputError, UsageError
 from gymflow.health._evaluate import RowResult, RunStats, evaluate_line, is_blank
 from gymflow.health._registry import normalize_ignored
 from gymflow.health._report import HealthReport, build_report
+from gymflow.provenance import FileDigest
 
 Progress = Callable[[int], None]
 """Called with a number of bytes just processed."""
@@ -142,10 +143,11 @@ def evaluate_all(plan_: HealthPlan, progress: Progress | None = None) -> list[Ra
     if plan_.workers <= 1 or len(plan_.ranges) <= 1:
         return _evaluate_serially(plan_, progress)
     try:
+        lifeline.ensure_watchdog()
         pool = ProcessPoolExecutor(
             max_workers=min(plan_.workers, len(plan_.ranges)),
             mp_context=get_context("spawn"),
-            initializer=storage.configure,
+            initializer=lifeline.worker_init,
             initargs=(storage.current_options(),),
         )
     except (OSError, ValueError, NotImplementedError, ImportError) as exc:
@@ -179,8 +181,21 @@ def report_dir_for(paths: Sequence[str], report_dir: str | None) -> str:
 
 def write_reports(report: HealthReport, report_dir: str) -> tuple[str, str]:
     """Write both report files atomically; returns their URLs (summary, verdicts)."""
+    write_reports_digested(report, report_dir)
+    return storage.join(report_dir, "quality_summary.json"), storage.join(
+        report_dir, "rollout_verdicts.jsonl"
+    )
+
+
+def write_reports_digested(report: HealthReport, report_dir: str) -> tuple[FileDigest, FileDigest]:
+    """Write both report files atomically; returns the digests of the bytes written (summary,
+    verdicts), hashed while writing: a record built from them never lists another run's bytes."""
     summary_url = storage.join(report_dir, "quality_summary.json")
     verdicts_url = storage.join(report_dir, "rollout_verdicts.jsonl")
-    storage.write_atomic_lines(verdicts_url, report.verdict_lines())
-    storage.write_atomic(summary_url, report.summary_bytes)
-    return summary_url, verdicts_url
+    verdicts = FileDigest(
+        storage.to_uri(verdicts_url), *storage.write_atomic_lines(verdicts_url, report.verdict_lines())
+    )
+    summary = FileDigest(
+        storage.to_uri(summary_url), *storage.write_atomic(summary_url, report.summary_bytes)
+    )
+    return summary, verdicts
