@@ -34,6 +34,7 @@ from gymflow import lifeline
 from gymflow.errors import GymflowError
 
 DEFAULT_HOST = "127.0.0.1"
+GYM_HEAD_SERVER_PORT = 11000
 LOG_TAIL_LINES = 20
 STOP_TIMEOUT_S = 5.0
 _POLL_S = 0.1
@@ -155,23 +156,28 @@ def _launch_argv(
     """argv, working directory and environment that start ``server`` (its host and port already final)."""
     env = dict(os.environ)
     block = server.block
+    chosen = block.get("dir") or block.get("server_dir") or directory
     command = block.get("command")
     if command:
         argv = shlex.split(command) if isinstance(command, str) else [str(a) for a in command]
         values = {"{host}": server.host, "{port}": str(server.port)}
         for placeholder, value in values.items():
             argv = [a.replace(placeholder, value) for a in argv]
-        cwd = block.get("dir") or block.get("server_dir") or directory
-        return argv, str(cwd) if cwd else None, env
+        return argv, str(chosen) if chosen else None, env
+    # Gym runs a server in `resources_servers/<impl>` under the working directory (or its install root).
+    gym_layout = Path("resources_servers") / server.impl
+    cwd = str(chosen) if chosen else str(gym_layout) if gym_layout.is_dir() else None
     config = to_plain(gym_config)
     resolved = dict(config[server.name]["resources_servers"][server.impl])
     resolved.update(host=server.host, port=server.port)
     config[server.name]["resources_servers"][server.impl] = resolved
+    # Keys Gym's parser always fills and a child server reads without a default.
+    config.setdefault("head_server", {"host": DEFAULT_HOST, "port": GYM_HEAD_SERVER_PORT})
+    config.setdefault("dry_run", False)
     env["NEMO_GYM_CONFIG_DICT"] = yaml.safe_dump(config, sort_keys=False)
     env["NEMO_GYM_CONFIG_PATH"] = server.name
     interpreter = str(block.get("python") or python or sys.executable)
-    cwd = block.get("dir") or block.get("server_dir") or directory
-    return [interpreter, str(block["entrypoint"])], str(cwd) if cwd else None, env
+    return [interpreter, str(block["entrypoint"])], cwd, env
 
 
 def _start(

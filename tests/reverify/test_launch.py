@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 import uuid
 from collections.abc import Callable
@@ -168,30 +167,37 @@ def test_server_is_stopped_after_an_exception() -> None:
     assert port_is_free(int(urls["mcqa"].rsplit(":", 1)[1]))
 
 
-def test_entrypoint_gets_the_gym_environment(tmp_path: Path) -> None:
-    (tmp_path / "app.py").write_text(
-        textwrap.dedent(
-            f"""
-            import os, sys
-            import uvicorn, yaml
-            sys.path.insert(0, {str(REPO_ROOT)!r})
-            from tests.reverify.server import create_app
-            config = yaml.safe_load(os.environ["NEMO_GYM_CONFIG_DICT"])
-            block = config[os.environ["NEMO_GYM_CONFIG_PATH"]]["resources_servers"]["mcqa_impl"]
-            assert os.getcwd() == {str(tmp_path)!r}
-            app = create_app(block["answer_mode"])
-            uvicorn.run(app, host=block["host"], port=block["port"], log_level="warning")
-            """
-        )
-    )
+ENTRYPOINT_APP = """
+import os, sys
+import uvicorn, yaml
+sys.path.insert(0, {repo!r})
+from tests.reverify.server import create_app
+config = yaml.safe_load(os.environ["NEMO_GYM_CONFIG_DICT"])
+block = config[os.environ["NEMO_GYM_CONFIG_PATH"]]["resources_servers"]["mcqa_impl"]
+assert os.path.realpath(os.getcwd()) == os.path.realpath({cwd!r}), os.getcwd()
+assert config["head_server"] == {{"host": "127.0.0.1", "port": 11000}}, config["head_server"]
+assert config["dry_run"] is False and config["agent"]["responses_api_agents"]
+uvicorn.run(create_app(block["answer_mode"]), host=block["host"], port=block["port"], log_level="warning")
+"""
+
+
+@pytest.mark.parametrize("layout", ["directory-argument", "gym-layout-under-cwd"])
+def test_entrypoint_gets_the_gym_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, layout: str
+) -> None:
+    server_dir = tmp_path / "resources_servers" / "mcqa_impl" if layout != "directory-argument" else tmp_path
+    server_dir.mkdir(parents=True, exist_ok=True)
+    (server_dir / "app.py").write_text(ENTRYPOINT_APP.format(repo=str(REPO_ROOT), cwd=str(server_dir)))
+    monkeypatch.chdir(tmp_path)
     config = {
         "my_mcqa": {
             "resources_servers": {"mcqa_impl": {"entrypoint": "app.py", "answer_mode": "unsupported"}}
         },
         "agent": {"responses_api_agents": {"simple_agent": {"resources_server": {"name": "my_mcqa"}}}},
     }
+    directory = str(server_dir) if layout == "directory-argument" else None
     with ensure_servers(
-        config, ["my_mcqa"], echo=lambda _: None, python=sys.executable, directory=str(tmp_path)
+        config, ["my_mcqa"], echo=lambda _: None, python=sys.executable, directory=directory, timeout_s=20
     ) as urls:
         assert mode_of(urls["my_mcqa"]) == "unsupported"
 
