@@ -67,3 +67,15 @@ def post_sweep(prefix: str, config: Sequence[str] = (), overrides: Sequence[str]
     for run in stale:
         post_run(run, config, overrides)
     return stale
+
+
+@flow(name="gymflow-command", log_prints=True)
+def gymflow_command(argv: Sequence[str]) -> int:
+    """Any ``gymflow`` command line as a deployment (health-check, aggregate, reverify, judge
+    recovery): the orchestrated command runs its own flow as a subflow of this one."""
+    from gymflow.cli import main
+
+    status = main(list(argv))
+    if status != 0:
+        raise RuntimeError(f"gymflow {' '.join(argv)} exited with status {status}")
+    return status

@@ -64,7 +64,7 @@ def deployments(args: argparse.Namespace, extras: Sequence[str]) -> list[Any]:
     """The deployments ``serve`` runs, with their triggers and schedule."""
     from prefect.events import DeploymentEventTrigger
 
-    from gymflow.flows.deployments import EVENT, post_run, post_sweep
+    from gymflow.flows.deployments import EVENT, gymflow_command, post_run, post_sweep
 
     common = {"config": list(args.config), "overrides": list(extras)}
     triggers = [
@@ -87,7 +87,11 @@ def deployments(args: argparse.Namespace, extras: Sequence[str]) -> list[Any]:
                 parameters={"run": f"{{{{ flow_run.parameters.{args.run_parameter} }}}}", **common},
             )
         )
-    out = [post_run.to_deployment(name="post", triggers=triggers, parameters=common)]
+    out = [
+        post_run.to_deployment(name="post", triggers=triggers, parameters=common),
+        # Any command on demand, e.g. judge recovery: argv = [eval, reverify, --judge-failed-only, ...]
+        gymflow_command.to_deployment(name="command", parameters={"argv": ["--help"]}),
+    ]
     if args.sweep:
         out.append(
             post_sweep.to_deployment(
