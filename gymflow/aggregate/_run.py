@@ -21,7 +21,7 @@ from typing import Any
 
 import orjson
 
-from gymflow import provenance, storage
+from gymflow import lifeline, locking, provenance, storage
 from gymflow.aggregate._merge import write_merged
 from gymflow.aggregate._reduce import Coverage, ReduceSettings, Reduction, key_metrics_lines, reduce_shards
 from gymflow.aggregate._scan import ShardScan, parse_line, paused_gc, resolve_group, scan_shard
@@ -149,9 +149,12 @@ def scan_all(shards: Sequence[str], options: AggregateOptions, spool_dir: str | 
     if workers <= 1 or not all(storage.is_local(shard) for shard in shards):
         return [scan_part(shard, index, options, spool_dir) for index, shard in enumerate(shards)]
     try:
+        lifeline.ensure_watchdog()
         pool = ProcessPoolExecutor(
             max_workers=workers,
             mp_context=multiprocessing.get_context("spawn"),
+            initializer=lifeline.worker_init,
+            initargs=(storage.current_options(),),
         )
     except (OSError, ValueError) as exc:
         logger.warning("Process pool unavailable (%s); reading shards serially.", exc)
@@ -343,7 +346,15 @@ def run_aggregate(
     echo: Echo = _quiet,
     orchestrator: Mapping[str, Any] | None = None,
 ) -> AggregateOutcome:
-    """Run ``eval aggregate`` in-process: select, scan, merge, reduce, write, health."""
+    """Run ``eval aggregate`` in-process: select, scan, merge, reduce, write, health, holding
+    the run lock of the output (:mod:`gymflow.locking`) throughout."""
+    with locking.run_lock(options.output, COMMAND):
+        return _run_aggregate(options, echo, orchestrator)
+
+
+def _run_aggregate(
+    options: AggregateOptions, echo: Echo, orchestrator: Mapping[str, Any] | None
+) -> AggregateOutcome:
     started_at = provenance.timestamp()
     shards = select_shards(options.input_glob, options.output)
     outcome = AggregateOutcome(
