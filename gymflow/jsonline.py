@@ -22,13 +22,13 @@ from typing import Any
 
 import orjson
 
-__all__ = ["BOM", "LineError", "dumps_exact", "loads_exact"]
+__all__ = ["BOM", "LONG_DIGITS", "LineError", "dumps_exact", "loads_exact"]
 
 BOM = b"\xef\xbb\xbf"
 MAX_DEPTH = 1024
 
 # 19 digits in a row may be an integer orjson reads as a float (beyond int64 / uint64).
-_LONG_DIGITS = re.compile(rb"\d{19}")
+LONG_DIGITS = re.compile(rb"\d{19}")
 
 
 class LineError(ValueError):
@@ -117,7 +117,7 @@ def loads_exact(data: bytes) -> tuple[Any, bool]:
         value = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
         raise _explain(data, exc) from None
-    if _LONG_DIGITS.search(data) is None:
+    if LONG_DIGITS.search(data) is None:
         return value, False
     try:
         return json.loads(data), True

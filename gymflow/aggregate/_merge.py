@@ -8,15 +8,13 @@ verbatim; any other row is re-serialized compactly. The file is replaced atomica
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
-import orjson
-
 from gymflow import storage
 from gymflow.aggregate._scan import ScanRow, ShardScan
+from gymflow.jsonline import dumps_exact, loads_exact
 from gymflow.provenance import FileDigest
 
 __all__ = ["merged_lines", "sorted_rows", "write_merged"]
@@ -63,18 +61,12 @@ def merged_lines(scans: Sequence[ShardScan]) -> Iterator[bytes]:
 
 
 def _compact(value: object) -> bytes:
-    try:
-        return orjson.dumps(value)
-    except TypeError:  # integers beyond 64 bits
-        return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+    return dumps_exact(value)
 
 
 def _parse(data: bytes) -> object:
-    try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError:
-        # NaN / Infinity literals (accepted when the shard was read) are written as null.
-        return json.loads(data)
+    # The scan accepted this row, so it reads exactly (integers of any size stay integers).
+    return loads_exact(data.strip(b" \t\n\r"))[0]
 
 
 def write_merged(scans: Sequence[ShardScan], output: str) -> FileDigest:

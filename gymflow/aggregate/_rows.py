@@ -84,7 +84,16 @@ def _numeric(value: object) -> bool:
 
 def _as_number(value: Number) -> Number:
     # JSON booleans count as 1 / 0 (bool is an int subclass; make the int explicit for output).
-    return int(value) if isinstance(value, bool) else value
+    return int(value) if isinstance(value, bool) else _wide(value) if isinstance(value, int) else value
+
+
+_INT_MIN, _INT_MAX = -(2**63), 2**64 - 1
+
+
+def _wide(value: int) -> Number:
+    """A metric value as the reference's reader sees it: integers beyond 64 bits are floats
+    (rows keep them exact; only the statistics use the float)."""
+    return value if _INT_MIN <= value <= _INT_MAX else float(value)
 
 
 def read_index(row: Mapping[str, Any], key: str) -> int:
@@ -125,7 +134,7 @@ def extract(row: Mapping[str, Any], spec: ScoreSpec | None = None, where: str = 
         kind = type(value)
         if (kind is float or kind is int or kind is bool) and name[:1] != "_" and name != "mask_sample":
             if kind is not float or value == value:  # NaN counts as missing
-                top[name] = int(value) if kind is bool else value
+                top[name] = int(value) if kind is bool else _wide(value) if kind is int else value
 
     # §3.2: top-level entries overlaid by usage entries (usage wins), then the numeric ones.
     fields = top

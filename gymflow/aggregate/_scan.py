@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import gc
 import hashlib
-import json
 import os
 import tempfile
 from collections.abc import Iterator, Mapping
@@ -24,11 +23,13 @@ import orjson
 from gymflow import storage
 from gymflow.aggregate._rows import RowFacts, ScoreSpec, extract
 from gymflow.errors import InputError
+from gymflow.jsonline import LONG_DIGITS, LineError, loads_exact
 from gymflow.perf_summary import PerfAccumulator
 
 __all__ = ["GroupRef", "ScanRow", "ShardScan", "parse_line", "resolve_group", "scan_shard"]
 
 _HASH_BATCH = 4 * 2**20
+_JSON_SPACE = b" \t\n\r"
 
 NO_AGENT = "agent"
 """Group of a row that names neither an environment server nor an agent."""
@@ -114,15 +115,13 @@ def paused_gc() -> Iterator[None]:
 
 
 def parse_line(url: str, line_number: int, text: bytes) -> dict[str, Any]:
-    """Parse one non-blank line as a JSON object; errors name the file and the line."""
+    """Parse one non-blank line as a JSON object, exactly (:mod:`gymflow.jsonline`): errors name
+    the file, the line and, where one applies, the field."""
     try:
-        value = orjson.loads(text)
-    except orjson.JSONDecodeError:
-        try:
-            # The reference's parser also accepts NaN / Infinity; use it before giving up.
-            value = json.loads(text)
-        except ValueError as exc:
-            raise InputError(f"Malformed JSON in {url!r} at line {line_number}: {exc}") from None
+        value, _ = loads_exact(text.strip(_JSON_SPACE))
+    except LineError as exc:
+        where = f"line {line_number}" if exc.field is None else f"line {line_number}, field {exc.field!r}"
+        raise InputError(f"Malformed JSON in {url!r} at {where}: {exc.message}") from None
     if not isinstance(value, dict):
         kind = type(value).__name__ if value is not None else "null"
         raise InputError(
@@ -145,7 +144,10 @@ def _is_compact(obj: dict[str, Any], line: bytes) -> bool:
             quote = line.find(b'"', quote + 1, end)
         if quote > 0 and line[quote + 1 : quote + 2] == b":":
             return line[quote + 2 : quote + 3] not in (b" ", b"\t", b"\n", b"\r")
-    dumped = orjson.dumps(obj)
+    try:
+        dumped = orjson.dumps(obj)
+    except TypeError:  # integers beyond 64 bits: re-serialized exactly by the merge
+        return False
     return len(dumped) == end and line.startswith(dumped)
 
 
@@ -207,6 +209,7 @@ def scan_shard(
 
     loads = orjson.loads
     decode_error = orjson.JSONDecodeError
+    long_digits = LONG_DIGITS.search
     rows = scan.rows
     perf = scan.perf
     try:
@@ -224,6 +227,8 @@ def scan_shard(
             try:
                 row = loads(line)
             except decode_error:
+                row = parse_line(url, line_number, line)
+            if long_digits(line) is not None:  # orjson reads integers beyond 64 bits as floats
                 row = parse_line(url, line_number, line)
             if type(row) is not dict:
                 row = parse_line(url, line_number, line)
