@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 import re
 import sys
 import types
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 
+import gymflow.cli
 from gymflow import __version__, provenance, storage
 from gymflow.errors import InputError, UsageError
 
@@ -375,15 +374,9 @@ def test_provenance_on_s3(s3_bucket: str) -> None:
 
 
 @pytest.fixture
-def cli(monkeypatch: pytest.MonkeyPatch) -> Iterator[types.ModuleType]:
-    """``gymflow.cli``; a placeholder ``eval health-check`` stands in until that module exists."""
-    if importlib.util.find_spec("gymflow.cli.health") is None:
-        stub = types.ModuleType("gymflow.cli.health")
-        stub.register = lambda commands: None  # type: ignore[attr-defined]
-        monkeypatch.setitem(sys.modules, "gymflow.cli.health", stub)
-    import gymflow.cli
-
-    yield gymflow.cli
+def cli() -> types.ModuleType:
+    """The ``gymflow.cli`` module."""
+    return gymflow.cli
 
 
 def test_cli_verify_ok_then_changed(

@@ -13,7 +13,7 @@ from typing import Any
 
 from gymflow.aggregate._metrics import group_metrics
 from gymflow.aggregate._rows import RowFacts, ScoreSpec, extract
-from gymflow.aggregate._scan import GroupRef, ShardScan, paused_gc
+from gymflow.aggregate._scan import NO_AGENT, GroupRef, ShardScan, paused_gc
 from gymflow.aggregate._sidecars import ShardSidecars
 from gymflow.errors import InputError
 from gymflow.perf_summary import PerfAccumulator
@@ -126,8 +126,11 @@ def _reduce(
     perf: dict[str, PerfAccumulator] = {}
     carried: dict[str, set[str]] = {}
     scored_ids: set[Identity] = set()
+    anonymous_rows = 0
     for scan in scans:
         for row in scan.rows:
+            if row.group.key == NO_AGENT and not row.group.is_environment:
+                anonymous_rows += 1
             groups.setdefault(row.group.key, row.group)
             rows.setdefault(row.group.key, []).append(row.facts)
             scored_ids.add((row.group.key, row.facts.task, row.facts.rollout))
@@ -170,6 +173,8 @@ def _reduce(
             if identity not in dropped_ids:
                 dropped_ids.add(identity)
                 dropped[failure.failure_class] = dropped.get(failure.failure_class, 0) + 1
+    if anonymous_rows:  # G (§1.6): 0.7.0 leaves such rows out of every entry
+        lines.append(f"Scored {anonymous_rows} row(s) without an agent name under {NO_AGENT!r}.")
     if counted:
         lines.append(f"Counting {len(counted)} failure row(s) as scored zeros: {sorted(set(counted))!r}")
 

@@ -10,46 +10,70 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from types import ModuleType
 
 from gymflow import __version__
 
+DESCRIPTION = """\
+Check, join and aggregate the rollouts a NeMo Gym evaluation wrote, on local disk or S3.
+Every command runs as a Prefect flow (or in-process with --direct) and writes a provenance
+record next to its reports."""
+EPILOG = """\
+examples:
+  gymflow eval health-check results/run             check every rollout of a run
+  gymflow eval join results/run                     project captured model calls into trajectories
+  gymflow eval aggregate -i 'results/shard-*.jsonl' -o results/rollouts.jsonl
+  gymflow provenance verify results/run/quality_summary.json
+
+Run 'gymflow eval COMMAND --help' for a command's options."""
+
 
 def build_parser() -> argparse.ArgumentParser:
+    from gymflow.cli import aggregate as aggregate_command
     from gymflow.cli import health as health_command
+    from gymflow.cli import join as join_command
     from gymflow.cli import provenance as provenance_command
     from gymflow.cli import ui as ui_command
 
-    parser = argparse.ArgumentParser(prog="gymflow", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="gymflow",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--version", action="version", version=f"gymflow {__version__}")
-    groups = parser.add_subparsers(dest="group", required=True)
-    eval_parser = groups.add_parser("eval", help="work on the artifacts of an evaluation run")
-    eval_commands = eval_parser.add_subparsers(dest="command", required=True)
+    groups = parser.add_subparsers(dest="group")
+    eval_parser = groups.add_parser(
+        "eval",
+        help="work on the artifacts of an evaluation run",
+        description="Work on the artifacts of an evaluation run.",
+    )
+    eval_commands = eval_parser.add_subparsers(dest="command")
     health_command.register(eval_commands)
-    for optional in ("aggregate", "join"):
-        module = _optional_command(optional)
-        if module is not None:
-            module.register(eval_commands)
+    aggregate_command.register(eval_commands)
+    join_command.register(eval_commands)
     provenance_command.register(groups)
     ui_command.register(groups)
     return parser
 
 
-def _optional_command(name: str) -> ModuleType | None:
-    import importlib
-
-    try:
-        return importlib.import_module(f"gymflow.cli.{name}")
-    except ModuleNotFoundError:
-        return None
+def _selected_group(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The parser of the group named on the command line (``gymflow eval``), else the top level."""
+    group = getattr(args, "group", None)
+    for action in parser._actions:  # argparse keeps sub-parsers only here
+        if isinstance(action, argparse._SubParsersAction) and group in action.choices:
+            chosen: argparse.ArgumentParser = action.choices[group]
+            return chosen
+    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args, extras = parser.parse_known_args(argv)
     handler = getattr(args, "handler", None)
-    if handler is None:  # pragma: no cover - argparse requires a sub-command
-        parser.error("a command is required")
+    if handler is None:
+        # `gymflow` or `gymflow eval` alone: show what can follow instead of a bare usage error.
+        _selected_group(parser, args).print_help()
+        return 2
     from gymflow.cli import interrupt
 
     status: int = interrupt.run(handler, args, extras)

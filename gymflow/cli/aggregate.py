@@ -4,7 +4,6 @@ aggregate metrics locally, then health-check the merged file (aggregate spec §1
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from collections.abc import Mapping, Sequence
 from functools import partial
@@ -15,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from gymflow import storage
 from gymflow.cli.config import load_config
+from gymflow.cli.logs import configure_logging
 from gymflow.config import GymflowConfig
 from gymflow.errors import GymflowError, UsageError
 
@@ -219,9 +219,7 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace, extras: Seque
         options, _ = build_options(args, extras)
     except UsageError as exc:
         parser.error(str(exc))
-    logging.basicConfig(
-        level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging(args.verbose)
     try:
         if args.direct:
             from gymflow.aggregate import run_aggregate

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import sys
 from collections.abc import Sequence
 from functools import partial
 
 from gymflow import storage
 from gymflow.cli.config import load_config
+from gymflow.cli.logs import configure_logging
 from gymflow.cli.progress import progress_bar
 from gymflow.config import GymflowConfig
 from gymflow.errors import GymflowError, UsageError
@@ -84,7 +84,7 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace, extras: Seque
     except UsageError as exc:
         parser.error(str(exc))
     if args.verbose:
-        logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+        configure_logging(verbose=True)
     workers = args.workers if args.workers is not None else config.health.workers
     try:
         if args.direct:

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import sys
 from collections.abc import Sequence
 from functools import partial
 
 from gymflow import storage
+from gymflow.cli.logs import configure_logging
 from gymflow.config import GymflowConfig
 from gymflow.errors import GymflowError, UsageError
 from gymflow.join.direct import run_join
@@ -58,12 +58,18 @@ def register(eval_commands: argparse._SubParsersAction) -> None:  # type: ignore
         "--output",
         default=None,
         metavar="PATH",
-        help="joined rollouts (default: <rollouts stem>_joined.jsonl beside the rollouts file)",
+        help="joined rollouts; relative paths resolve under RUN_DIR "
+        "(default: <rollouts stem>_joined.jsonl beside the rollouts file)",
     )
     parser.add_argument(
         "--no-perf", action="store_true", help="leave ng_perf as it is (observability disabled)"
     )
-    parser.add_argument("--summary", default=None, metavar="PATH", help="also write the summary JSON to PATH")
+    parser.add_argument(
+        "--summary",
+        default=None,
+        metavar="PATH",
+        help="also write the summary JSON to PATH; relative paths resolve under RUN_DIR, like --output",
+    )
     parser.add_argument("--json", action="store_true", help="print the summary as one JSON line")
     parser.add_argument(
         "--workers",
@@ -94,9 +100,7 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace, extras: Seque
     from gymflow.cli.config import load_config
 
     _reject_extras(parser, extras)
-    logging.basicConfig(
-        level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging(args.verbose)
     try:
         config = load_config()
         storage.configure(config.storage.options)
@@ -136,7 +140,8 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace, extras: Seque
         return 0
     summary = result.summary
     if args.summary:
-        storage.write_atomic(args.summary, json.dumps(summary, indent=2).encode() + b"\n")
+        summary_url = storage.resolve_under(args.run_dir, args.summary)
+        storage.write_atomic(summary_url, json.dumps(summary, indent=2).encode() + b"\n")
     if args.json:
         print(json.dumps(summary, ensure_ascii=False, separators=(",", ":")))
     else:

@@ -85,5 +85,8 @@ def normalize_ignored(ignored: str | Iterable[str] | None) -> tuple[str, ...]:
             result.append(item)
     unknown = sorted(set(result) - set(CHECK_IDS))
     if unknown:
-        raise UnknownCheckError(f"Unknown rollout health check(s): {', '.join(unknown)}")
+        # G: the reference's message, then the ids that would have been accepted.
+        raise UnknownCheckError(
+            f"Unknown rollout health check(s): {', '.join(unknown)}; valid ids: {', '.join(CHECK_IDS)}"
+        )
     return tuple(result)

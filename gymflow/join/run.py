@@ -168,7 +168,9 @@ def _store(settings: JoinSettings) -> CaptureStore | None:
 
 
 def missing_capture_warning(settings: JoinSettings) -> list[str]:
-    """The spec's warning for a capture directory that does not exist (it is then read as empty)."""
+    """The spec's warning for a capture directory that does not exist (it is then read as empty).
+
+    Returned, not logged: the CLI prints each warning of the result once."""
     if settings.capture_dir is None:
         return []
     store = CaptureStore(settings.capture_dir)
@@ -179,7 +181,6 @@ def missing_capture_warning(settings: JoinSettings) -> list[str]:
         f"capture directory {settings.capture_dir} does not exist; treating it as empty "
         "(every row gets model_call_capture_no_records)"
     )
-    logger.warning(message)
     return [message]
 
 

@@ -67,7 +67,11 @@ def test_h75_cli_errors(
         (["runs/cli", "--workers", "x"], "argument --workers: invalid int value: 'x'"),
         (
             ["runs/cli", "--rollouts-file", "evaluator_rollouts.jsonl", "--ignore", "zzz,aaa"],
-            "Unknown rollout health check(s): aaa, zzz",
+            "Unknown rollout health check(s): aaa, zzz; valid ids: check_execution_error, record_unreadable, "
+            "rollout_duplicate_identity, rollout_missing_agent_turns, rollout_ended_on_failed_model_call, "
+            "agent_turn_hollow, model_call_zero_completion_tokens, model_call_missing_token_counts, "
+            "trajectory_capture_mismatch, model_call_failed, rollout_token_count_mismatch, "
+            "model_call_runaway_generation, task_consistently_unhealthy, task_no_successful_model_calls",
         ),
     ]
     for args, message in cases:
