@@ -1,0 +1,5 @@
+"""``python -m gymflow.cli``: the same as the ``gymflow`` console script."""
+
+from gymflow.cli import entrypoint
+
+entrypoint()

@@ -1,0 +1,151 @@
+"""``gymflow eval post`` on the sharded example run: direct and through Prefect's real local API."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gymflow.cli import main
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "post_run"
+REPORTS = (
+    "rollouts.jsonl",
+    "rollouts_aggregate_metrics.json",
+    "rollouts.provenance.json",
+    "quality_summary.json",
+    "rollout_verdicts.jsonl",
+    "quality_summary.provenance.json",
+)
+
+
+@pytest.fixture
+def run_dir(tmp_path: Path) -> Path:
+    target = tmp_path / "my-run"
+    shutil.copytree(EXAMPLE / "shards", target / "shards")
+    return target
+
+
+def _post(args: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    code = main(["eval", "post", *args])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert "Traceback" not in captured.err
+    return captured.out
+
+
+def _snapshot(run_dir: Path) -> dict[str, bytes]:
+    return {name: (run_dir / name).read_bytes() for name in REPORTS}
+
+
+def _status(out: str) -> dict[str, str]:
+    summary = out.split("Summary:", 1)[1]
+    return {
+        line.strip().split(":", 1)[0]: line.split(":", 1)[1].strip().split(" (", 1)[0]
+        for line in summary.splitlines()
+        if line.strip().split(":", 1)[0] in ("aggregate", "join", "health-check", "reverify")
+    }
+
+
+def test_direct_post_runs_every_step_then_nothing(run_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = _post([str(run_dir), "--direct"], capsys)
+    assert _status(out) == {
+        "aggregate": "ran",
+        "join": "skipped",
+        "health-check": "ran",
+        "reverify": "skipped",
+    }
+    assert "Rollout health: 33 checked" in out
+    assert "verdicts: " in out and "key metrics of example_simple_agent: mean/reward " in out
+    first = _snapshot(run_dir)
+    merged = [json.loads(line) for line in first["rollouts.jsonl"].splitlines()]
+    keys = [(row["_ng_task_index"], row["_ng_rollout_index"]) for row in merged]
+    assert keys == sorted(keys) and len(keys) == 33
+    health_record = json.loads(first["quality_summary.provenance.json"])
+    assert [item["uri"] for item in health_record["inputs"]] == [(run_dir / "rollouts.jsonl").as_uri()]
+    assert main(["provenance", "verify", str(run_dir / "quality_summary.json")]) == 0
+    assert main(["provenance", "verify", str(run_dir / "rollouts.jsonl")]) == 0
+    capsys.readouterr()
+
+    again = _post([str(run_dir), "--direct"], capsys)
+    assert _status(again) == {
+        "aggregate": "up to date",
+        "join": "skipped",
+        "health-check": "up to date",
+        "reverify": "skipped",
+    }
+    assert _snapshot(run_dir) == first
+
+
+def test_direct_post_without_shards_or_rollouts_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["eval", "post", str(tmp_path), "--direct"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("Error: no rollouts in ") and err.count("\n") == 1
+
+
+def _artifacts(flow_run_id: str) -> list[Any]:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from gymflow.flows import _server
+
+    with temporary_settings(updates={PREFECT_API_URL: _server.api_url()}):
+        with get_client(sync_client=True) as client:
+            return list(
+                client.read_artifacts(
+                    artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id]))
+                )
+            )
+
+
+def _flow_run_id(out: str) -> str:
+    line = next(line for line in out.splitlines() if line.strip().startswith("flow run: "))
+    return line.rstrip("/").rsplit("/", 1)[1]
+
+
+def test_prefect_post_publishes_artifacts_and_reruns_as_cache_hits(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    direct = tmp_path / "direct-run"
+    shutil.copytree(run_dir / "shards", direct / "shards")
+    _post([str(direct), "--direct"], capsys)
+
+    out = _post([str(run_dir)], capsys)
+    assert _status(out)["aggregate"] == "ran" and _status(out)["health-check"] == "ran"
+    for name in ("rollouts_aggregate_metrics.json", "quality_summary.json", "rollout_verdicts.jsonl"):
+        assert (run_dir / name).read_bytes() == (direct / name).read_bytes(), name
+    record = json.loads((run_dir / "quality_summary.provenance.json").read_text())
+    assert record["orchestrator"]["kind"] == "prefect"
+    assert record["orchestrator"]["flow_run_url"].startswith("http://127.0.0.1:")
+    aggregate_record = json.loads((run_dir / "rollouts.provenance.json").read_text())
+    assert aggregate_record["orchestrator"]["kind"] == "prefect"
+
+    artifacts = _artifacts(_flow_run_id(out))
+    by_type: dict[str, list[Any]] = {}
+    for artifact in artifacts:
+        by_type.setdefault(artifact.type, []).append(artifact)
+    summary = next(a for a in by_type["markdown"] if (a.key or "").endswith("-summary"))
+    assert summary.key.startswith("eval-post-my-run-")
+    assert "health-check: ran" in summary.data
+    inputs = next(a for a in by_type["table"] if (a.key or "").endswith("-inputs"))
+    table = json.loads(inputs.data) if isinstance(inputs.data, str) else inputs.data
+    shard = run_dir / "shards" / "rollouts_shard_0.jsonl"
+    digest = hashlib.sha256(shard.read_bytes()).hexdigest()
+    assert {"uri": shard.as_uri(), "sha256": digest, "bytes": shard.stat().st_size} in table
+    links = {a.data for a in by_type["link"]}
+    assert (run_dir / "quality_summary.json").as_uri() in links
+    assert (run_dir / "quality_summary.provenance.json").as_uri() in links
+
+    first = _snapshot(run_dir)
+    again = _post([str(run_dir)], capsys)
+    assert _status(again)["aggregate"] == "up to date" and _status(again)["health-check"] == "up to date"
+    assert _snapshot(run_dir) == first
+    cached_artifacts = _artifacts(_flow_run_id(again))
+    assert {a.type for a in cached_artifacts} >= {"markdown", "table", "link"}
