@@ -18,6 +18,9 @@ def prepare(config: PrefectConfig, verbose: bool) -> None:
     os.environ.setdefault(
         "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", str(config.startup_timeout_seconds)
     )
+    if not verbose:
+        # Dask's cluster logs (runner.kind: dask) at INFO would flood the terminal.
+        os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "warning")
     if verbose:
         os.environ["PREFECT_LOGGING_LEVEL"] = "INFO"
     else:
