@@ -28,11 +28,17 @@ def _configure() -> None:
 @flow(name="post-run", log_prints=False)
 def post_run(run: str, config: Sequence[str] = (), overrides: Sequence[str] = ()) -> list[str]:
     """``gymflow eval post RUN`` as a deployment; returns the summary lines."""
+    from gymflow.cli.config import load_config
     from gymflow.cli.post import build_options
+    from gymflow.health import default_workers
 
-    _configure()
+    settings = load_config()
+    storage.configure(settings.storage.options)
+    options = build_options(run, list(config), list(overrides), use_cache=True)
     result = post_flow(
-        options=build_options(run, list(config), list(overrides), use_cache=True),
+        options=options,
+        runner=settings.runner,
+        workers=options.health.workers or default_workers(),
         storage_options=storage.current_options(),
     )
     return [*result.console_lines, *result.summary.lines()]

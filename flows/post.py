@@ -16,22 +16,26 @@ from prefect.runtime import flow_run
 
 from gymflow import pipeline, storage
 from gymflow.aggregate import AggregateOptions, AggregateOutcome
+from gymflow.config import RunnerConfig
 from gymflow.flows._publish import publish, record_inputs
+from gymflow.flows._runtime import offloading_runner, task_runner
 from gymflow.health import HealthOutcome
 from gymflow.join.run import JoinResult, JoinSettings
 from gymflow.pipeline import Echo, PipelineSummary, PostOptions
 
 
 class FlowSteps:
-    """Each command as a subflow of the running flow."""
+    """Each command as a subflow of the running flow, on the configured task runner."""
 
-    def __init__(self, offload_workers: int | None) -> None:
-        self.offload_workers = offload_workers
+    def __init__(self, runner: RunnerConfig, workers: int) -> None:
+        self.runner = runner
+        self.workers = workers
 
     def aggregate(self, options: AggregateOptions, echo: Echo) -> AggregateOutcome:
         from gymflow.flows.aggregate import aggregate_flow
 
-        result = aggregate_flow(options=options, storage_options=storage.current_options())
+        subflow = aggregate_flow.with_options(task_runner=task_runner(self.runner, self.workers))
+        result = subflow(options=options, storage_options=storage.current_options())
         for line in result.console_lines:
             echo(line)
         return result.outcome
@@ -39,7 +43,13 @@ class FlowSteps:
     def join(self, settings: JoinSettings, use_cache: bool) -> JoinResult:
         from gymflow.flows.join import join_flow
 
-        return join_flow(settings=settings, use_cache=use_cache, storage_options=storage.current_options())
+        subflow = join_flow.with_options(task_runner=task_runner(self.runner, self.workers))
+        return subflow(
+            settings=settings,
+            workers=self.workers,
+            use_cache=use_cache,
+            storage_options=storage.current_options(),
+        )
 
     def health(
         self,
@@ -51,14 +61,15 @@ class FlowSteps:
     ) -> HealthOutcome:
         from gymflow.flows.health import health_check
 
-        return health_check(
+        runner, offload = offloading_runner(self.runner, workers or self.workers)
+        return health_check.with_options(task_runner=runner)(
             paths=list(paths),
             report_dir=report_dir,
             workers=workers,
             ignored_checks=list(ignored),
             use_cache=use_cache,
             storage_options=storage.current_options(),
-            offload_workers=self.offload_workers,
+            offload_workers=offload,
         )
 
     def reverify(self, options: Any, gym_config: Mapping[str, Any], echo: Echo) -> Any:
@@ -84,14 +95,15 @@ def _markdown(summary: PipelineSummary) -> str:
 @flow(name="eval-post", log_prints=False, validate_parameters=False)
 def post_flow(
     options: PostOptions,
+    runner: RunnerConfig,
+    workers: int,
     storage_options: dict[str, dict[str, Any]] | None = None,
-    offload_workers: int | None = None,
 ) -> PostResult:
     """Aggregate, join, health-check and reverify the run at ``options.run``, as configured."""
     storage.configure(storage_options or {})
     lines: list[str] = []
     with tags("eval post", storage.name(options.run.rstrip("/"))):
-        summary = pipeline.run_post(options, FlowSteps(offload_workers), lines.append)
+        summary = pipeline.run_post(options, FlowSteps(runner, workers), lines.append)
     reports = {f"{step.name}: {label}": url for step in summary.steps for label, url in step.reports.items()}
     records = [url for url in reports.values() if storage.isfile(_record_of(url))]
     inputs = list({item.uri: item for url in records for item in record_inputs(_record_of(url))}.values())

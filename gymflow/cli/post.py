@@ -180,17 +180,20 @@ def _run_flow(settings: Any, options: PostOptions, verbose: bool) -> tuple[Pipel
     from gymflow.flows import _environment
 
     _environment.prepare(settings.prefect, verbose)
-    from gymflow.flows._runtime import offloading_runner, run_flow
+    from prefect.task_runners import ThreadPoolTaskRunner
+
+    from gymflow.flows._runtime import run_flow
     from gymflow.flows.post import post_flow
     from gymflow.health import default_workers
 
-    runner, offload = offloading_runner(settings.runner, options.health.workers or default_workers())
+    # The post flow only composes subflows, each on the configured runner.
     result = run_flow(
         post_flow,
-        runner,
+        ThreadPoolTaskRunner(max_workers=1),
         options=options,
+        runner=settings.runner,
+        workers=options.health.workers or default_workers(),
         storage_options=storage.current_options(),
-        offload_workers=offload,
     )
     for line in result.console_lines:
         _echo(line)
