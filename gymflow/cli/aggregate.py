@@ -219,6 +219,9 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace, extras: Seque
         options, _ = build_options(args, extras)
     except UsageError as exc:
         parser.error(str(exc))
+    except GymflowError as exc:  # storage unreachable, credentials refused, unreadable config
+        print(f"Error: {exc}", file=sys.stderr)
+        return 1
     configure_logging(args.verbose)
     try:
         if args.direct:

@@ -83,6 +83,9 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace, extras: Seque
             parser.error("workers must be at least 1")
     except UsageError as exc:
         parser.error(str(exc))
+    except GymflowError as exc:  # storage unreachable, credentials refused, unreadable config
+        print(f"{parser.prog}: error: {exc}", file=sys.stderr)
+        return 1
     if args.verbose:
         configure_logging(verbose=True)
     workers = args.workers if args.workers is not None else config.health.workers

@@ -120,6 +120,9 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace, extras: Seque
             parser.error("workers must be at least 1")
     except UsageError as exc:
         parser.error(str(exc))
+    except GymflowError as exc:  # storage unreachable, credentials refused, unreadable config
+        print(f"{parser.prog}: error: {exc}", file=sys.stderr)
+        return USAGE_EXIT
     try:
         if args.direct:
             result = run_join(settings, use_cache=not args.no_cache, workers=args.workers or 1)

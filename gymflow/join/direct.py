@@ -16,10 +16,11 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from datetime import UTC, datetime
 from typing import Final
 
-from gymflow import provenance, storage
+from gymflow import lifeline, locking, provenance, storage
 from gymflow.errors import InputError
 from gymflow.join.capture import CaptureStore
 from gymflow.join.run import (
+    COMMAND,
     JoinResult,
     JoinSettings,
     current_key,
@@ -76,7 +77,7 @@ class _Hashed:
         return self.known if self.known is not None else self.hash.hexdigest()
 
 
-def _serial(settings: JoinSettings, stats: JoinStats, out: _Hashed, source: _Hashed) -> Iterator[bytes]:
+def _serial(settings: JoinSettings, stats: JoinStats, source: _Hashed) -> Iterator[bytes]:
     def hashed_lines() -> Iterator[tuple[int, bytes]]:
         for offset, line in storage.iter_lines(settings.rollouts):
             source.add(line)
@@ -90,14 +91,14 @@ def _serial(settings: JoinSettings, stats: JoinStats, out: _Hashed, source: _Has
         batch.append(line)
         size += len(line)
         if size >= 2**20:
-            yield out.add(b"".join(batch))
+            yield b"".join(batch)
             batch, size = [], 0
     if batch:
-        yield out.add(b"".join(batch))
+        yield b"".join(batch)
 
 
 def _parallel(
-    settings: JoinSettings, stats: JoinStats, out: _Hashed, source: _Hashed, workers: int, range_bytes: int
+    settings: JoinSettings, stats: JoinStats, source: _Hashed, workers: int, range_bytes: int
 ) -> Iterator[bytes]:
     total = storage.size(settings.rollouts)
     ranges = storage.split_ranges(settings.rollouts, max(workers * 2, -(-total // range_bytes)))
@@ -106,10 +107,11 @@ def _parallel(
         settings.capture_dir is None or storage.is_local(settings.capture_dir)
     )
     context = multiprocessing.get_context("fork" if local else "spawn")
+    lifeline.ensure_watchdog()
     with ProcessPoolExecutor(
         max_workers=workers,
         mp_context=context,
-        initializer=storage.configure,
+        initializer=lifeline.worker_init,
         initargs=(storage.current_options(),),
     ) as pool:
         pending: deque[Future[tuple[bytes, JoinStats]]] = deque()
@@ -126,7 +128,7 @@ def _parallel(
             if nxt is not None:
                 pending.append(pool.submit(join_chunk, settings, *nxt))
             stats.merge(part)
-            yield out.add(data)
+            yield data
 
 
 def run_join(
@@ -143,21 +145,33 @@ def run_join(
     ``parallel_min_bytes`` stay in this process. The output bytes do not depend on either.
     """
     started_at = provenance.timestamp(datetime.now(UTC))
-    record_url = provenance.record_path(settings.output)
     if not storage.isfile(settings.rollouts):
         raise InputError(f"{settings.rollouts}: rollouts file not found")
+    with locking.run_lock(settings.output, COMMAND):
+        return _run_locked(settings, use_cache, workers, parallel_min_bytes, range_bytes, started_at)
+
+
+def _run_locked(
+    settings: JoinSettings,
+    use_cache: bool,
+    workers: int,
+    parallel_min_bytes: int,
+    range_bytes: int,
+    started_at: str,
+) -> JoinResult:
+    record_url = provenance.record_path(settings.output)
     if use_cache and storage.exists(record_url) and provenance.up_to_date(record_url, current_key(settings)):
         record = provenance.read_record(record_url) or {}
         return JoinResult(settings, {"cache_key": record.get("cache_key")}, record_url, up_to_date=True)
     warnings = missing_capture_warning(settings)
     stats = JoinStats()
-    out, source = _Hashed(), _Hashed()
+    source = _Hashed()
     if workers > 1 and storage.size(settings.rollouts) >= parallel_min_bytes:
-        chunks = _parallel(settings, stats, out, source, workers, range_bytes)
+        chunks = _parallel(settings, stats, source, workers, range_bytes)
     else:
-        chunks = _serial(settings, stats, out, source)
-    storage.write_atomic_lines(settings.output, chunks)
+        chunks = _serial(settings, stats, source)
+    written_sha, written_bytes = storage.write_atomic_lines(settings.output, chunks)
     rollouts = provenance.FileDigest(storage.to_uri(settings.rollouts), source.hexdigest(), source.bytes)
-    output = provenance.FileDigest(storage.to_uri(settings.output), out.hexdigest(), out.bytes)
+    output = provenance.FileDigest(storage.to_uri(settings.output), written_sha, written_bytes)
     record_url = finish(settings, stats, rollouts, output, {"kind": "direct"}, started_at)
     return JoinResult(settings, stats.summary(), record_url, warnings, list(stats.errors))

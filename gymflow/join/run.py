@@ -8,8 +8,6 @@ number of rows. The Prefect flow uses the same pieces: :func:`join_range` for on
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import os
 import uuid
@@ -20,10 +18,11 @@ from typing import Any, Final
 import orjson
 
 from gymflow import provenance, storage
-from gymflow.errors import InputError, UsageError
+from gymflow.errors import GymflowError, InputError, UsageError
 from gymflow.join.capture import JSONL_SUFFIX, MARKER_SUFFIX, CaptureStore
 from gymflow.join.row import join_row_outcome
 from gymflow.join.stats import JoinStats
+from gymflow.jsonline import LONG_DIGITS, LineError, dumps_exact, loads_exact
 
 __all__ = [
     "COMMAND",
@@ -108,28 +107,44 @@ def resolve_settings(
 
 
 def _parse_row(line: bytes, where: str) -> tuple[dict[str, Any], bool]:
-    """The row object of a line, and whether it needed the json module (NaN, huge integers)."""
+    """The row object of a line, read exactly, and whether it needs the json module to be written
+    back (integers beyond 64 bits). ``where`` is ``<file>:<line>``."""
     try:
-        value = orjson.loads(line)
-        fallback = False
-    except orjson.JSONDecodeError:
-        try:
-            value = json.loads(line)
-        except ValueError as exc:
-            raise InputError(f"{where}: not a JSON object ({exc}); nothing was written") from None
-        fallback = True
+        value, exact = loads_exact(line)
+    except LineError as exc:
+        raise InputError.at(
+            where, None, exc.field, f"not a JSON object ({exc.message}); nothing was written"
+        ) from None
     if not isinstance(value, dict):
         raise InputError(f"{where}: not a JSON object ({type(value).__name__}); nothing was written")
-    return value, fallback
+    return value, exact
 
 
-def _dump(row: dict[str, Any], fallback: bool) -> bytes:
-    if not fallback:
-        try:
-            return orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE)
-        except TypeError:
-            pass
-    return json.dumps(row, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+def _dump(row: dict[str, Any], where: str) -> bytes:
+    try:
+        return dumps_exact(row) + b"\n"
+    except LineError as exc:
+        raise InputError.at(where, None, exc.field, f"{exc.message}; nothing was written") from None
+
+
+class _Lines:
+    """Line numbers of the lines of a byte range, counted only once one is needed (errors)."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.first: int | None = None
+        self.base: int | None = None
+        self.seen = 0
+
+    def advance(self, offset: int) -> None:
+        if self.first is None:
+            self.first = offset
+        self.seen += 1
+
+    def where(self) -> str:
+        if self.base is None:
+            self.base = storage.line_number_at(self.source, self.first or 0) if self.first else 1
+        return f"{self.source}:{self.base + self.seen - 1}"
 
 
 def join_lines(
@@ -140,27 +155,46 @@ def join_lines(
     perf: bool = True,
     source: str = "rollouts",
 ) -> Iterator[bytes]:
-    """Join ``(offset, line)`` pairs into output lines; blank lines are dropped.
+    """Join ``(offset, line)`` pairs (consecutive lines of ``source``) into output lines; blank
+    lines are dropped.
 
-    A line that is not a JSON object raises :class:`~gymflow.errors.InputError` (the caller
-    writes nothing). A row error writes the input line unchanged.
+    A line that is not a JSON object, or not one gymflow can write back unchanged, raises
+    :class:`~gymflow.errors.InputError` naming file, line and field (the caller writes nothing).
+    A row error writes the input line unchanged.
     """
+    numbers = _Lines(source)
     for offset, line in lines:
+        numbers.advance(offset)
+        exact = False
         try:
-            row, fallback = orjson.loads(line), False
+            row = orjson.loads(line)
         except orjson.JSONDecodeError:
-            text = line.strip()
+            text = line.strip(_JSON_SPACE)
             if not text:
                 continue
-            row, fallback = _parse_row(text, f"{source} at byte {offset}")
-        if type(row) is not dict:
-            _parse_row(line.strip(), f"{source} at byte {offset}")  # raises the InputError
+            row, exact = _parse_row(text, numbers.where())
+        else:
+            if type(row) is not dict or LONG_DIGITS.search(line) is not None:
+                row, exact = _parse_row(line.strip(_JSON_SPACE), numbers.where())
         outcome = join_row_outcome(row, store, perf=perf)
-        stats.add(outcome, f"{source} at byte {offset}")
-        yield line.strip() + b"\n" if outcome.error is not None else _dump(outcome.row, fallback)
+        if outcome.error is not None:
+            stats.add(outcome, numbers.where())
+            yield line.strip() + b"\n"
+            continue
+        stats.add(outcome, "")
+        if not exact:
+            try:
+                yield orjson.dumps(outcome.row, option=orjson.OPT_APPEND_NEWLINE)
+                continue
+            except TypeError:
+                pass
+        yield _dump(outcome.row, numbers.where())
     if store is not None:
         stats.files_read.extend(store.files_read)
         store.files_read.clear()
+
+
+_JSON_SPACE = b" \t\n\r"
 
 
 def _store(settings: JoinSettings) -> CaptureStore | None:
@@ -234,21 +268,16 @@ def remove_parts(urls: Iterable[str]) -> None:
 
 def concatenate_parts(settings: JoinSettings, parts: list[str]) -> provenance.FileDigest:
     """Write the parts, in order, to the output atomically; remove them; return the output digest."""
-    digest = hashlib.sha256()
-    count = 0
 
     def chunks() -> Iterator[bytes]:
-        nonlocal count
         for part in parts:
             with storage.open_read(part) as f:
                 while chunk := f.read(storage.CHUNK_SIZE):
-                    digest.update(chunk)
-                    count += len(chunk)
                     yield chunk
 
-    storage.write_atomic_lines(settings.output, chunks())
+    sha, size = storage.write_atomic_lines(settings.output, chunks())
     remove_parts(parts)
-    return provenance.FileDigest(storage.to_uri(settings.output), digest.hexdigest(), count)
+    return provenance.FileDigest(storage.to_uri(settings.output), sha, size)
 
 
 def capture_listing(settings: JoinSettings) -> list[tuple[str, str]]:
@@ -271,10 +300,23 @@ def cache_key(settings: JoinSettings, rollouts_sha: str, capture: Iterable[prove
     return provenance.cache_key(COMMAND, settings.parameters(), inputs)
 
 
+def _listed_digest(uri: str, url: str) -> provenance.FileDigest:
+    """The digest of a listed capture entry; one that cannot be read (a directory named like a
+    capture file, a FIFO, a permission problem) counts as ``unreadable`` instead of stopping the
+    join: a row that names it gets the ``model_call_capture_unreadable`` gap, others ignore it."""
+    try:
+        return provenance.digest(url)
+    except GymflowError as exc:
+        logger.warning("capture store entry %s cannot be read (%s); ignored", uri, exc)
+        return provenance.FileDigest(uri, "unreadable", 0)
+
+
 def current_key(settings: JoinSettings) -> str:
     """Hash the inputs as they are now and return their cache key (for the up-to-date check)."""
     rollouts_sha, _ = storage.sha256(settings.rollouts)
-    return cache_key(settings, rollouts_sha, [provenance.digest(url) for _, url in capture_listing(settings)])
+    return cache_key(
+        settings, rollouts_sha, [_listed_digest(uri, url) for uri, url in capture_listing(settings)]
+    )
 
 
 def finish(
@@ -294,7 +336,7 @@ def finish(
     everything = dict(read)
     for uri, url in capture_listing(settings):
         if uri not in everything:
-            everything[uri] = provenance.digest(url)
+            everything[uri] = _listed_digest(uri, url)
     key = cache_key(settings, rollouts.sha256, everything.values())
     record = provenance.build_record(
         command=COMMAND,
