@@ -381,3 +381,25 @@ def test_profile_rejections(doc: Doc, message: str) -> None:
 )
 def test_accepted_shapes(doc: Doc) -> None:
     assert project(doc)["response"]["status"] == "completed"
+
+
+def test_unreachable_forms_in_memory() -> None:
+    """§3.6 forms that files cannot reach (the per-step checks and distinct id components pre-empt them)."""
+    from gymflow.atif.projection import _Ids, _Output
+    from gymflow.atif.usage import _usage_object
+
+    output = _Output(_Ids("t1"))
+    output.items = [{"id": "atif_1"}, {"id": "atif_2"}, {"id": "atif_1"}]
+    with pytest.raises(AtifError) as caught:
+        output.check_ids()
+    assert str(caught.value) == "projected response repeats item id 'atif_1'"
+    output.items = [{"id": "atif_1"}, {"id": "atif_2"}, {"id": "atif_3"}, {"id": " "}]
+    with pytest.raises(AtifError) as caught:
+        output.check_ids()
+    assert str(caught.value) == "projected response item 3 has a blank or invalid id"
+    with pytest.raises(AtifError) as caught:
+        _usage_object(2, 1, None, None, 2)
+    assert str(caught.value) == "ATIF total_tokens metadata is smaller than prompt_tokens + completion_tokens"
+    with pytest.raises(AtifError) as caught:
+        _usage_object(2, 1, None, 2, None)
+    assert str(caught.value) == "ATIF reasoning_tokens metadata exceeds total completion tokens"
