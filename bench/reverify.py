@@ -13,6 +13,7 @@ Run from the repo root: ``python bench/reverify.py [--rows 20000] [--concurrency
 4. ``gymflow --direct``: the command as a subprocess on both corpora, at its default concurrency unless
    ``--concurrency-flag`` is given: wall time, in-loop time (from the first to the last line appended to the
    output, polled every 20 ms) and peak RSS of the process tree (psutil).
+   Also, as a diagnostic, gymflow's ``/verify`` client alone, in process, over the same bodies.
 5. ``gymflow`` orchestrated (Prefect, without ``--direct``): on the small corpus by default, on the large one
    with ``--prefect``; skipped with ``--no-prefect``.
 
@@ -135,6 +136,28 @@ def bare_client(url: str, bodies: Sequence[bytes], concurrency: int) -> float:
     seconds, failures = asyncio.run(_bare(url, bodies, concurrency))
     if failures:
         raise RuntimeError(f"bare client: {failures} of {len(bodies)} requests failed")
+    return len(bodies) / seconds
+
+
+def core_client(url: str, bodies: Sequence[bytes]) -> float | None:
+    """Requests per second of gymflow's ``/verify`` client alone (in process, default settings); None when
+    its module is not importable. A diagnostic: it separates HTTP-client cost from the command's I/O."""
+    try:
+        from gymflow.reverify._client import ClientSettings, Request, verify_requests
+    except ImportError:
+        return None
+    requests = [Request(f"{url}/verify", body) for body in bodies]
+    failed = 0
+
+    def count(index: int, result: Any) -> None:
+        nonlocal failed
+        failed += result.answer is None
+
+    began = time.perf_counter()
+    verify_requests(requests, ClientSettings(), count)
+    seconds = time.perf_counter() - began
+    if failed:
+        raise RuntimeError(f"gymflow client: {failed} of {len(bodies)} requests failed")
     return len(bodies) / seconds
 
 
@@ -268,6 +291,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         if args.bare_only:
             return 0
+        client_rps = core_client(server.url, bodies)
+        if client_rps is not None:
+            print(f"gymflow /verify client alone (in process): {client_rps:.0f} req/s "
+                  f"({client_rps / bare_before:.2f} of bare)")  # fmt: skip
         config = write_gym_config(
             work / "gym_config.yaml", {"mcqa": server}, agents={reverify_corpus.AGENT: "mcqa"}
         )
