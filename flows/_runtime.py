@@ -32,11 +32,14 @@ R = TypeVar("R")
 def task_runner(config: RunnerConfig, workers: int) -> TaskRunner[Any]:
     """A process pool on this machine, or a Dask cluster (``runner.kind: dask``)."""
     if config.kind == "dask":
-        from prefect_dask import DaskTaskRunner
+        from prefect_dask import task_runners as dask  # the optional dask extra
 
-        if config.dask_address:
-            return DaskTaskRunner(address=config.dask_address)  # type: ignore[no-any-return]
-        return DaskTaskRunner(cluster_kwargs={"n_workers": workers})  # type: ignore[no-any-return]
+        runner: TaskRunner[Any] = (
+            dask.DaskTaskRunner(address=config.dask_address)
+            if config.dask_address
+            else dask.DaskTaskRunner(cluster_kwargs={"n_workers": workers})
+        )
+        return runner
     lifeline.ensure_watchdog()
     return ProcessPoolTaskRunner(
         max_workers=workers, initializer=lifeline.worker_init, initargs=(storage.current_options(),)

@@ -4,7 +4,7 @@ Checks are small pure functions in a registry keyed by stable ids; the runner ev
 ranges of the input (serially or in a process pool), reduces the rows and writes two reports.
 """
 
-from gymflow.health._registry import CHECK_IDS, ROLLOUT_CHECK_IDS, TASK_CHECK_IDS, normalize_ignored
+from gymflow.health._registry import ROLLOUT_CHECK_IDS, TASK_CHECK_IDS, normalize_ignored
 from gymflow.health._report import HealthReport, build_report
 from gymflow.health._run import HealthOutcome, cache_key, cached_outcome, record_outputs, run_health
 from gymflow.health._runner import (
@@ -18,16 +18,21 @@ from gymflow.health._runner import (
     plan,
     report_dir_for,
 )
+from gymflow.health._vocabulary import CHECK_IDS, CheckId, CoverageState, Finding, Verdict
 
 __all__ = [
     "CHECK_IDS",
     "ROLLOUT_CHECK_IDS",
     "TASK_CHECK_IDS",
     "ByteRange",
+    "CheckId",
+    "CoverageState",
+    "Finding",
     "HealthOutcome",
     "HealthPlan",
     "HealthReport",
     "RangeResult",
+    "Verdict",
     "build_report",
     "cache_key",
     "cached_outcome",

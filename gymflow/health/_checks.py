@@ -21,7 +21,8 @@ from gymflow.health._predicates import (
     non_empty,
     response_has_content,
 )
-from gymflow.health._registry import Finding, finding, trajectory_check
+from gymflow.health._registry import finding, trajectory_check
+from gymflow.health._vocabulary import Finding
 
 
 def _turns_observable(ev: Evidence) -> bool:

@@ -17,7 +17,8 @@ from gymflow.health import _checks  # noqa: F401  (registers the trajectory chec
 from gymflow.health._checks import failed_chains
 from gymflow.health._evidence import Evidence, transcript_usage
 from gymflow.health._predicates import is_failed, is_successful
-from gymflow.health._registry import ROLLOUT_CHECK_IDS, TRAJECTORY_CHECKS, Finding, finding
+from gymflow.health._registry import ROLLOUT_CHECK_IDS, TRAJECTORY_CHECKS, finding
+from gymflow.health._vocabulary import CheckId, Finding
 
 Identity = int | str
 _ASCII_WHITESPACE = b" \t\n\r\x0b\x0c"
@@ -80,7 +81,7 @@ class RowResult:
     rollout_id: str | None
     rollout_text: str
     findings: list[Finding]
-    unobserved: tuple[str, ...]
+    unobserved: tuple[CheckId, ...]
     unreadable: dict[str, Any] | None = None
     policy_complete: bool = False
     successful_calls: int = 0
@@ -115,10 +116,10 @@ def _unreadable_row(
     return RowResult(line_number, ordinal, None, 0, None, None, "0", findings, unobserved, detail)
 
 
-_SHARED_UNOBSERVED: dict[tuple[str, ...], tuple[str, ...]] = {}
+_SHARED_UNOBSERVED: dict[tuple[CheckId, ...], tuple[CheckId, ...]] = {}
 
 
-def _shared(unobserved: tuple[str, ...]) -> tuple[str, ...]:
+def _shared(unobserved: tuple[CheckId, ...]) -> tuple[CheckId, ...]:
     """One tuple object per distinct ``unobserved`` list: rows hold a reference, not a copy."""
     return _SHARED_UNOBSERVED.setdefault(unobserved, unobserved)
 
@@ -228,7 +229,7 @@ def evaluate_line(
         row.policy_complete = view.complete and evidence.scope_complete
         row.successful_calls = sum(is_successful(evidence.calls[p]) for p in view.bound)
 
-    unobserved: list[str] = []
+    unobserved: list[CheckId] = []
     for check_id in ROLLOUT_CHECK_IDS:
         if check_id in ignored:
             continue

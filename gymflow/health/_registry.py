@@ -11,49 +11,33 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from gymflow.errors import UnknownCheckError
+from gymflow.health._vocabulary import CHECK_IDS, CheckId, Finding, is_check_id
 
 if TYPE_CHECKING:
     from gymflow.health._evidence import Evidence
 
-Finding = dict[str, Any]
 Gate = Callable[["Evidence"], bool]
 Evaluate = Callable[["Evidence"], list[Finding]]
 
-CHECK_IDS: tuple[str, ...] = (
-    "check_execution_error",
-    "record_unreadable",
-    "rollout_duplicate_identity",
-    "rollout_missing_agent_turns",
-    "rollout_ended_on_failed_model_call",
-    "agent_turn_hollow",
-    "model_call_zero_completion_tokens",
-    "model_call_missing_token_counts",
-    "trajectory_capture_mismatch",
-    "model_call_failed",
-    "rollout_token_count_mismatch",
-    "model_call_runaway_generation",
-    "task_consistently_unhealthy",
-    "task_no_successful_model_calls",
-)
-ROLLOUT_CHECK_IDS = CHECK_IDS[:12]
-TASK_CHECK_IDS = CHECK_IDS[12:]
-TRAJECTORY_CHECK_IDS = CHECK_IDS[3:12]
+ROLLOUT_CHECK_IDS: tuple[CheckId, ...] = CHECK_IDS[:12]
+TASK_CHECK_IDS: tuple[CheckId, ...] = CHECK_IDS[12:]
+TRAJECTORY_CHECK_IDS: tuple[CheckId, ...] = CHECK_IDS[3:12]
 
 
 @dataclass(frozen=True, slots=True)
 class TrajectoryCheck:
     """A rollout check over an observed trajectory: ``observable`` gates, ``evaluate`` finds."""
 
-    id: str
+    id: CheckId
     observable: Gate
     evaluate: Evaluate
 
 
-_checks: dict[str, TrajectoryCheck] = {}
-TRAJECTORY_CHECKS: Mapping[str, TrajectoryCheck] = MappingProxyType(_checks)
+_checks: dict[CheckId, TrajectoryCheck] = {}
+TRAJECTORY_CHECKS: Mapping[CheckId, TrajectoryCheck] = MappingProxyType(_checks)
 
 
-def trajectory_check(check_id: str, observable: Gate) -> Callable[[Evaluate], Evaluate]:
+def trajectory_check(check_id: CheckId, observable: Gate) -> Callable[[Evaluate], Evaluate]:
     """Register ``evaluate`` as the trajectory check ``check_id``."""
     if check_id not in TRAJECTORY_CHECK_IDS:
         raise ValueError(f"{check_id!r} is not a trajectory check id")
@@ -67,13 +51,13 @@ def trajectory_check(check_id: str, observable: Gate) -> Callable[[Evaluate], Ev
     return register
 
 
-def finding(check: str, detail: dict[str, Any], locator: dict[str, Any] | None = None) -> Finding:
+def finding(check: CheckId, detail: dict[str, Any], locator: dict[str, Any] | None = None) -> Finding:
     if locator is None:
         return {"check": check, "detail": detail}
     return {"check": check, "locator": locator, "detail": detail}
 
 
-def normalize_ignored(ignored: str | Iterable[str] | None) -> tuple[str, ...]:
+def normalize_ignored(ignored: str | Iterable[str] | None) -> tuple[CheckId, ...]:
     """Trim, drop empties, de-duplicate (first kept) and validate ignored check ids (spec §6.4)."""
     if ignored is None:
         return ()
@@ -83,10 +67,11 @@ def normalize_ignored(ignored: str | Iterable[str] | None) -> tuple[str, ...]:
         item = item.strip()
         if item and item not in result:
             result.append(item)
-    unknown = sorted(set(result) - set(CHECK_IDS))
+    valid = [item for item in result if is_check_id(item)]
+    unknown = sorted(set(result) - set(valid))
     if unknown:
         # G: the reference's message, then the ids that would have been accepted.
         raise UnknownCheckError(
             f"Unknown rollout health check(s): {', '.join(unknown)}; valid ids: {', '.join(CHECK_IDS)}"
         )
-    return tuple(result)
+    return tuple(valid)

@@ -13,9 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from gymflow.health._evaluate import Identity, RowResult, RunStats
-from gymflow.health._registry import CHECK_IDS, ROLLOUT_CHECK_IDS, TASK_CHECK_IDS
-
-Verdict = str
+from gymflow.health._registry import ROLLOUT_CHECK_IDS, TASK_CHECK_IDS
+from gymflow.health._vocabulary import CHECK_IDS, CheckId, CoverageState, Verdict
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,9 +92,9 @@ def _mark_duplicates(rows: Sequence[RowResult]) -> None:
 
 def _task_entry(
     copies_by_rollout: dict[Identity, list[tuple[RowResult, Verdict]]], ignored: frozenset[str]
-) -> tuple[dict[str, Any], dict[str, str]]:
+) -> tuple[dict[str, Any], dict[CheckId, CoverageState]]:
     """A task's counts and flags, and each task check's coverage state."""
-    repeats = []
+    repeats: list[tuple[Verdict, bool, int]] = []
     for copies in copies_by_rollout.values():
         verdicts = {verdict for _, verdict in copies}
         repeats.append(
@@ -105,8 +104,8 @@ def _task_entry(
                 max(row.successful_calls for row, _ in copies),
             )
         )
-    coverage: dict[str, str] = {}
-    flags: list[str] = []
+    coverage: dict[CheckId, CoverageState] = {}
+    flags: list[CheckId] = []
     if "task_consistently_unhealthy" in ignored:
         coverage["task_consistently_unhealthy"] = "ignored"
     else:
@@ -140,12 +139,14 @@ def build_report(rows: list[RowResult], ignored: tuple[str, ...], stats: RunStat
         _mark_duplicates(rows)
     verdicts = [_verdict(row) for row in rows]
 
-    coverage = {check: {"evaluated": 0, "unobserved": 0, "ignored": 0} for check in CHECK_IDS}
-    issues = dict.fromkeys(CHECK_IDS, 0)
+    coverage: dict[CheckId, dict[CoverageState, int]] = {
+        check: {"evaluated": 0, "unobserved": 0, "ignored": 0} for check in CHECK_IDS
+    }
+    issues: dict[CheckId, int] = dict.fromkeys(CHECK_IDS, 0)
     for row in rows:
         unobserved = set(row.unobserved)
         for check in ROLLOUT_CHECK_IDS:
-            state = (
+            state: CoverageState = (
                 "ignored" if check in ignored_set else "unobserved" if check in unobserved else "evaluated"
             )
             coverage[check][state] += 1
