@@ -399,20 +399,6 @@ def _run_aggregate(
     return outcome
 
 
-def finish_run(
-    parts: Sequence[ShardPart],
-    reduction: Reduction,
-    options: AggregateOptions,
-    outcome: AggregateOutcome,
-    echo: Echo,
-    orchestrator: Mapping[str, Any],
-    started_at: str,
-) -> None:
-    """Write outputs and record, then report (console text, health)."""
-    write_outputs(parts, reduction, options, orchestrator, started_at)
-    report_run(reduction, options, outcome, echo)
-
-
 def report_run(
     reduction: Reduction, options: AggregateOptions, outcome: AggregateOutcome, echo: Echo
 ) -> None:
