@@ -1,0 +1,183 @@
+"""The ``/verify`` client: bounded concurrency, per-request timeouts, retries (reverify.md §4 points 1-2).
+
+httpx's API on aiohttp's transport (``httpx_aiohttp.AiohttpTransport``), one ``AsyncClient`` per
+call with keep-alive and a pool sized to the concurrency. Tests inject a transport factory
+(``httpx.MockTransport``). Each request ends as an answer (a JSON object) or a failure (the §4
+point 1 fields); nothing here raises for a single row.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import orjson
+
+__all__ = ["ClientSettings", "Request", "Result", "TransportFactory", "verify_requests"]
+
+TransportFactory = Callable[[int], httpx.AsyncBaseTransport]
+"""Builds the transport of one client, given the pool size."""
+
+_RETRIED = frozenset({429} | set(range(500, 600)))
+_HEADERS = {"content-type": "application/json"}
+_BODY_CHARS = 2000
+
+
+@dataclass(frozen=True)
+class ClientSettings:
+    concurrency: int = 32
+    timeout_s: float = 300.0
+    max_attempts: int = 4
+    backoff_base_s: float = 1.0
+    backoff_cap_s: float = 30.0
+    retry_after_cap_s: float = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One POST: the full URL and the serialized body."""
+
+    url: str
+    content: bytes
+
+
+@dataclass(slots=True)
+class Result:
+    """An answer object, or the failure fields of §4 point 1."""
+
+    answer: dict[str, Any] | None
+    failure: dict[str, Any] | None = None
+
+
+def default_transport(pool: int) -> httpx.AsyncBaseTransport:
+    from httpx_aiohttp import AiohttpTransport
+
+    return AiohttpTransport(limits=httpx.Limits(max_connections=pool, max_keepalive_connections=pool))
+
+
+def _retry_after(response: httpx.Response, cap: float) -> float | None:
+    if response.status_code not in (429, 503):
+        return None
+    raw = response.headers.get("retry-after", "").strip()
+    try:
+        value = float(raw)
+    except ValueError:
+        return None
+    return min(max(value, 0.0), cap) if value == value else None
+
+
+def _failure(
+    kind: str, type_: str, message: str, status: int | None, body: str | None, attempts: int
+) -> Result:
+    return Result(
+        None,
+        {
+            "_ng_failure_class": kind,
+            "_ng_failure_type": type_,
+            "_ng_failure_message": message,
+            "_ng_failure_http_status": status,
+            "_ng_failure_response_body": None if body is None else body[:_BODY_CHARS],
+            "_ng_failure_attempts": attempts,
+        },
+    )
+
+
+async def _one(client: httpx.AsyncClient, request: Request, settings: ClientSettings) -> Result:
+    last: Result = _failure("verify_connection_error", "NoAttempt", "no attempt made", None, None, 0)
+    for attempt in range(1, settings.max_attempts + 1):
+        wait: float | None = None
+        try:
+            async with asyncio.timeout(settings.timeout_s):
+                response = await client.post(request.url, content=request.content, headers=_HEADERS)
+        except (TimeoutError, httpx.TimeoutException) as exc:
+            last = _failure(
+                "verify_timeout",
+                type(exc).__name__,
+                f"POST {request.url} gave no answer within {settings.timeout_s:g} s",
+                None,
+                None,
+                attempt,
+            )
+        except httpx.TransportError as exc:
+            last = _failure(
+                "verify_connection_error",
+                type(exc).__name__,
+                f"POST {request.url} failed: {exc or type(exc).__name__}",
+                None,
+                None,
+                attempt,
+            )
+        else:
+            status = response.status_code
+            if 200 <= status < 300:
+                try:
+                    answer = orjson.loads(response.content)
+                except orjson.JSONDecodeError:
+                    answer = None
+                if isinstance(answer, dict):
+                    return Result(answer)
+                return _failure(
+                    "verify_invalid_response",
+                    "InvalidResponse",
+                    f"POST {request.url} answered HTTP {status} with a body that is not a JSON object",
+                    status,
+                    response.text,
+                    attempt,
+                )
+            last = _failure(
+                "verify_http_error",
+                "HTTPStatusError",
+                f"POST {request.url} answered HTTP {status}",
+                status,
+                response.text,
+                attempt,
+            )
+            if status not in _RETRIED:
+                return last
+            wait = _retry_after(response, settings.retry_after_cap_s)
+        if attempt < settings.max_attempts:
+            if wait is None:
+                wait = random.uniform(
+                    0.0, min(settings.backoff_cap_s, settings.backoff_base_s * 2 ** (attempt - 1))
+                )
+            await asyncio.sleep(wait)
+    return last
+
+
+async def _verify_all(
+    requests: Sequence[Request],
+    settings: ClientSettings,
+    on_result: Callable[[int, Result], None],
+    transport: TransportFactory | None,
+) -> None:
+    pool = max(1, min(settings.concurrency, len(requests)))
+    factory = transport or default_transport
+    timeout = httpx.Timeout(settings.timeout_s)
+    async with httpx.AsyncClient(transport=factory(pool), timeout=timeout) as client:
+        position = 0
+
+        async def worker() -> None:
+            nonlocal position
+            while position < len(requests):
+                index = position
+                position += 1
+                on_result(index, await _one(client, requests[index], settings))
+
+        await asyncio.gather(*(worker() for _ in range(pool)))
+
+
+def verify_requests(
+    requests: Sequence[Request],
+    settings: ClientSettings,
+    on_result: Callable[[int, Result], None],
+    transport: TransportFactory | None = None,
+) -> None:
+    """POST every request, at most ``settings.concurrency`` in flight, calling ``on_result(index,
+    result)`` in completion order. Runs its own event loop: callable from any thread."""
+    if not requests:
+        return
+    asyncio.run(_verify_all(requests, settings, on_result, transport))

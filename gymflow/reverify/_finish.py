@@ -1,0 +1,280 @@
+"""The end of a run: outputs sorted by key, the aggregate file (§2.7, §4 point 6), banner and
+coverage (§2.11), the provenance record (provenance.md)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from gymflow import provenance, storage
+from gymflow.aggregate._metrics import group_metrics
+from gymflow.aggregate._reduce import assign_labels, key_metrics_lines
+from gymflow.aggregate._rows import RowFacts, extract
+from gymflow.aggregate._run import metrics_bytes
+from gymflow.aggregate._scan import GroupRef
+from gymflow.gym_config import RouteError
+from gymflow.reverify._inputs import key_of
+from gymflow.reverify._plan import Echo, ReverifyPlan, Tally
+
+__all__ = ["COMMAND", "ReverifyOutcome", "finish"]
+
+COMMAND = "eval reverify"
+_LAST = (float("inf"), float("inf"))
+
+
+@dataclass
+class ReverifyOutcome:
+    """What a run did, for the CLI, the Prefect flow result and its artifact."""
+
+    output: str
+    sidecar: str
+    metrics_path: str | None
+    record_path: str
+    rows_in_output: int
+    tally: Tally
+    entries: list[dict[str, Any]] = field(default_factory=list)
+    unsafe_servers: list[str] = field(default_factory=list)
+
+
+def _sort_file(path: str) -> int:
+    """Rewrite a local JSONL file in key order (stable, blank lines dropped); the row count."""
+    if not os.path.isfile(path):
+        return 0
+    spans: list[tuple[tuple[float, float], int, int]] = []
+    with open(path, "rb") as handle:
+        offset = 0
+        for line in handle:
+            if line.strip():
+                try:
+                    row = orjson.loads(line)
+                except orjson.JSONDecodeError:
+                    row = None
+                key = key_of(row) if isinstance(row, dict) else None
+                spans.append((key if key is not None else _LAST, offset, len(line)))
+            offset += len(line)
+    ordered = sorted(spans, key=lambda span: span[0])
+    if ordered == spans and offset == sum(span[2] for span in spans) and _ends_with_newline(path, offset):
+        return len(spans)
+
+    def lines() -> Iterator[bytes]:
+        with open(path, "rb") as source:
+            for _, start, length in ordered:
+                source.seek(start)
+                data = source.read(length)
+                yield data if data.endswith(b"\n") else data + b"\n"
+
+    storage.write_atomic_lines(path, lines())
+    return len(spans)
+
+
+def _ends_with_newline(path: str, end: int) -> bool:
+    with open(path, "rb") as handle:
+        handle.seek(max(end - 1, 0))
+        return handle.read(1) == b"\n"
+
+
+def _label_key(row: Mapping[str, Any]) -> tuple[str, str] | None:
+    stamp = row.get("_ng_environment_server")
+    agent_ref = row.get("agent_ref")
+    agent = agent_ref.get("name") if isinstance(agent_ref, Mapping) else None
+    if isinstance(stamp, str) and stamp:
+        return stamp, agent if isinstance(agent, str) and agent else stamp
+    if isinstance(agent, str) and agent:
+        return agent, agent
+    return None
+
+
+def _strip(row: Mapping[str, Any]) -> dict[str, Any]:
+    out = {
+        k: v
+        for k, v in row.items()
+        if k not in ("response", "responses_create_params", "_ng_atif_provenance")
+    }
+    response = row.get("response")
+    usage = response.get("usage") if isinstance(response, Mapping) else None
+    if usage:
+        out["response"] = {"usage": usage}
+    return out
+
+
+def _entries(plan: ReverifyPlan, echo: Echo) -> list[dict[str, Any]]:
+    """One entry per (run label, resources server), sorted by label then server."""
+    facts: dict[tuple[str, str], list[RowFacts]] = {}
+    rows: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    refs: dict[tuple[str, str], GroupRef] = {}
+    with open(plan.paths.local_output, "rb") as handle:
+        for number, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            row = orjson.loads(line)
+            labelled = _label_key(row) if isinstance(row, dict) else None
+            if labelled is None:
+                continue
+            try:
+                server = plan.routing.route_row(row)
+            except RouteError:
+                server = ""
+            group = (labelled[0], server)
+            refs.setdefault(group, GroupRef(labelled[0], "_ng_environment_server" in row, labelled[1]))
+            facts.setdefault(group, []).append(extract(row, None, f"{plan.paths.output!r} line {number}"))
+            if plan.options.server_metrics:
+                rows.setdefault(group, []).append(_strip(row))
+    servers_of: dict[str, set[str]] = {}
+    for label, server in refs:
+        servers_of.setdefault(label, set()).add(server)
+    keyed = {(g[0] if len(servers_of[g[0]]) == 1 else f"{g[0]}/{g[1]}"): g for g in refs}
+    labels = assign_labels({name: refs[group] for name, group in keyed.items()})
+    entries: list[tuple[tuple[str, str], dict[str, Any]]] = []
+    for name, group in keyed.items():
+        label = labels[name]
+        entry: dict[str, Any] = {"agent_ref": {"name": label}}
+        if plan.options.server_metrics:
+            answer = _server_metrics(plan, group[1], rows[group])
+            entry.update({k: v for k, v in answer.items() if k != "perf_summary"})
+        else:
+            entry.update(group_metrics(facts[group], label, None, None).blocks())
+        entries.append(((label, group[1]), entry))
+    entries.sort(key=lambda pair: pair[0])
+    return [entry for _, entry in entries]
+
+
+def _server_metrics(plan: ReverifyPlan, server: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    import httpx
+
+    from gymflow.aggregate._server import ServerSettings, post_metrics
+
+    settings = ServerSettings(
+        timeout_s=plan.options.verify_timeout_s, max_attempts=plan.options.verify_max_attempts
+    )
+    with httpx.Client(timeout=httpx.Timeout(settings.timeout_s), trust_env=False) as client:
+        return post_metrics(client, server, plan.urls[server], rows, settings)
+
+
+def banner(plan: ReverifyPlan, metrics: str | None, rows: int) -> list[str]:
+    lines = [
+        "Finished rollout collection! View results at:",
+        f"        Re-verified rollouts: {plan.paths.output}",
+        f"        Aggregate metrics: {metrics}",
+    ]
+    tally = plan.tally
+    missing = tally.routed_failures
+    if missing:
+        expected = rows + missing
+        routed = ", ".join(f"{count} {name}" for name, count in sorted(tally.failures.items()))
+        lines.append(
+            f"Rollouts missing from the score: {missing} of {expected} materialized "
+            f"({routed} routed this run; see {plan.paths.sidecar})"
+        )
+        lines.append(f"Metrics cover: {rows} of {expected} rollouts")
+    return lines
+
+
+def _record(
+    plan: ReverifyPlan, metrics: str | None, data: bytes | None, orchestrator: Mapping[str, Any]
+) -> None:
+    options = plan.options
+    roles: list[tuple[str, str | None]] = [
+        ("materialized", options.materialized_inputs_jsonl_fpath),
+        ("rollouts", options.rollouts_jsonl_fpath),
+        ("manifest", options.atif_manifest_jsonl_fpath),
+    ]
+    if options.judge_failed_only and plan.source is not None:
+        roles.append(("recovery_source", plan.source))
+    roles.extend((f"config:{i}", path) for i, path in enumerate(options.config_paths))
+    inputs = [
+        (role, provenance.digest(path)) for role, path in roles if path is not None and storage.isfile(path)
+    ]
+    outputs = [provenance.digest(plan.paths.output), provenance.digest(plan.paths.sidecar)]
+    if metrics is not None and data is not None:
+        outputs.append(
+            provenance.FileDigest(storage.to_uri(metrics), hashlib.sha256(data).hexdigest(), len(data))
+        )
+    verifier = {
+        "resources_servers": [
+            {
+                "name": name,
+                "url": storage.to_uri(plan.urls[name]),
+                "reverify_mode": plan.modes.get(name),
+                "config_sha256": plan.verifier_hashes[name],
+            }
+            for name in sorted(plan.urls)
+        ]
+    }
+    parameters = {**options.parameters(), "gym_config": dict(plan.gym_config)}
+    key = provenance.cache_key(COMMAND, options.parameters(), [(r, d.sha256) for r, d in inputs], verifier)
+    record = provenance.build_record(
+        command=COMMAND,
+        cache_key=key,
+        inputs=[d for _, d in inputs],
+        outputs=outputs,
+        parameters=parameters,
+        orchestrator=orchestrator,
+        started_at=plan.started_at,
+        finished_at=provenance.timestamp(),
+        verifier=verifier,
+    )
+    tally = plan.tally
+    record["counts"] = {
+        "selected": tally.selected,
+        "skipped_by_resume": tally.skipped_by_resume,
+        "verified": tally.verified,
+        "succeeded": tally.succeeded,
+        "failed": dict(sorted(tally.failures.items())),
+        "no_persist": tally.no_persist,
+        "duplicates": tally.duplicates,
+        "unmatched": tally.unmatched,
+        "seeded": tally.seeded,
+    }
+    provenance.write_record(plan.paths.record, record)
+
+
+def finish(plan: ReverifyPlan, echo: Echo, orchestrator: Mapping[str, Any] | None = None) -> ReverifyOutcome:
+    """Sort the outputs, aggregate, print the banner, write the record; releases the plan."""
+    try:
+        plan.close_files()
+        rows = _sort_file(plan.paths.local_output)
+        _sort_file(plan.paths.local_sidecar)
+        plan.paths.publish()
+        metrics: str | None = None
+        data: bytes | None = None
+        entries: list[dict[str, Any]] = []
+        if plan.options.disable_aggregation:
+            echo(
+                "Skipping aggregate-metrics computation because disable_aggregation=True. "
+                "Run `gymflow eval aggregate` after all shards finish to compute the global metrics."
+            )
+        else:
+            echo("Computing aggregate metrics")
+            if rows:
+                entries = _entries(plan, echo)
+                for entry in entries:
+                    for line in key_metrics_lines(entry):
+                        echo(line)
+                data = metrics_bytes(entries)
+                metrics = plan.paths.metrics
+                storage.write_atomic(metrics, data)
+        for line in banner(plan, metrics, rows):
+            echo(line)
+        if plan.unsafe_servers:
+            from gymflow.reverify._guard import warning
+
+            echo(warning(plan.unsafe_servers))
+        _record(plan, metrics, data, orchestrator or {"kind": "direct"})
+        return ReverifyOutcome(
+            output=plan.paths.output,
+            sidecar=plan.paths.sidecar,
+            metrics_path=metrics,
+            record_path=plan.paths.record,
+            rows_in_output=rows,
+            tally=plan.tally,
+            entries=entries,
+            unsafe_servers=list(plan.unsafe_servers),
+        )
+    finally:
+        plan.stack.close()
+        plan.paths.cleanup()

@@ -1,0 +1,141 @@
+"""Reading the native inputs (reverify.md §2.1, §4 point 3) and building ``/verify`` bodies (§2.2)."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import orjson
+
+from gymflow import storage
+from gymflow.errors import InputError
+
+__all__ = [
+    "Key",
+    "build_body",
+    "content_sha256",
+    "iter_rows",
+    "key_of",
+    "missing_response",
+    "parse_row",
+    "read_materialized",
+    "row_key",
+]
+
+Key = tuple[int, int]
+Warn = Callable[[str], None]
+
+_INDEX_FIELDS = ("_ng_task_index", "_ng_rollout_index")
+
+
+def _strip(raw: bytes) -> bytes:
+    if raw.endswith(b"\n"):
+        raw = raw[:-1]
+        if raw.endswith(b"\r"):
+            raw = raw[:-1]
+    return raw
+
+
+def parse_row(url: str, number: int, raw: bytes) -> dict[str, Any]:
+    """One JSONL line as an object, or the §2.1 input error naming file and line."""
+    try:
+        row = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise InputError(f"Malformed JSON in {url!r} at line {number}: {exc}") from None
+    if not isinstance(row, dict):
+        kind = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(
+            type(row), "a number"
+        )
+        raise InputError(f"Malformed JSON in {url!r} at line {number}: expected a JSON object, got {kind}")
+    return row
+
+
+def row_key(url: str, number: int, row: Mapping[str, Any]) -> Key:
+    """The (task, rollout) key; both must be JSON integers."""
+    values: list[int] = []
+    for name in _INDEX_FIELDS:
+        value = row.get(name)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise InputError(f"{url!r} line {number}: {name} must be an integer")
+        values.append(value)
+    return values[0], values[1]
+
+
+def key_of(row: Mapping[str, Any]) -> Key | None:
+    """The key of a row gymflow did not write itself, or None when it has no integer indices."""
+    task, rollout = row.get("_ng_task_index"), row.get("_ng_rollout_index")
+    if type(task) is int and type(rollout) is int:
+        return task, rollout
+    return None
+
+
+def iter_rows(url: str) -> Iterator[tuple[int, int, bytes, dict[str, Any]]]:
+    """``(line number, offset, line without terminator, object)`` for every non-blank line."""
+    number = 0
+    for offset, line in storage.iter_lines(url):
+        number += 1
+        if not line.strip():
+            continue
+        raw = _strip(line)
+        yield number, offset, raw, parse_row(url, number, raw)
+
+
+def read_materialized(url: str, warn: Warn) -> dict[Key, bytes]:
+    """Materialized rows by key (exact line bytes, without terminator); the last row of a key wins
+    and one warning names the repeated keys."""
+    rows: dict[Key, bytes] = {}
+    repeated: dict[Key, None] = {}
+    for number, _, raw, row in iter_rows(url):
+        key = row_key(url, number, row)
+        if key in rows:
+            repeated[key] = None
+        rows[key] = raw
+    if repeated:
+        keys = list(repeated)
+        shown = ", ".join(repr(k) for k in keys[:10]) + (", ..." if len(keys) > 10 else "")
+        warn(
+            f"{len(keys)} materialized input key(s) repeated in {url!r}; the last row of each is used: "
+            f"[{shown}]"
+        )
+    return rows
+
+
+def content_sha256(materialized: bytes, source: bytes) -> str:
+    """§4 point 4's ``source_sha256`` of a native row: materialized line, ``\\n``, source line."""
+    digest = hashlib.sha256(materialized)
+    digest.update(b"\n")
+    digest.update(source)
+    return digest.hexdigest()
+
+
+def build_body(materialized: Mapping[str, Any], rollout: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``/verify`` body of §2.2 (flat or materialized-taskset row)."""
+    task_input = materialized.get("task_input")
+    if isinstance(task_input, Mapping):
+        body = {k: v for k, v in materialized.items() if k not in ("task_id", "task_input")}
+        task_data = task_input.get("task_data", {})
+        if not isinstance(task_data, Mapping):
+            raise InputError("reverify: task_input.task_data must be an object")
+        body.update(task_data)
+        for name, value in task_input.items():
+            if name == "task_data":
+                continue
+            if name in task_data and task_data[name] != value:
+                raise InputError(f"reverify: conflicting task field {name!r} inside and outside task_data")
+            body[name] = value
+    else:
+        body = dict(materialized)
+    body["response"] = rollout["response"]
+    for name in ("deliverables_dir", "reference_ids"):
+        if name in rollout:
+            body[name] = rollout[name]
+    return body
+
+
+def missing_response(key: Key, rollout: Mapping[str, Any]) -> InputError:
+    kind = rollout.get("_ng_result_type") or "unknown"
+    return InputError(
+        f"reverify: rollout (task {key[0]}, rollout {key[1]}) of result type {kind!r} has no `response`, "
+        "which reverification needs"
+    )

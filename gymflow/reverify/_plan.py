@@ -1,0 +1,492 @@
+"""``prepare``: everything before the first ``/verify`` request (reverify.md §2.1-§2.9, §3.8, §4).
+
+Order: read and route the selected rows (input errors first, nothing written), start the routed
+servers if needed, the guard, output paths (``unsafe_``, same-file safety, fresh-run protection
+or resume state), recovery seeding, then the work list. The returned :class:`ReverifyPlan` holds
+the open output files and the launched servers until :func:`~gymflow.reverify.finish` or
+:meth:`ReverifyPlan.abort`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+import httpx
+import orjson
+
+from gymflow import provenance, storage
+from gymflow.errors import GymflowError, InputError
+from gymflow.gym_config import Routing
+from gymflow.reverify import _guard
+from gymflow.reverify._client import ClientSettings, TransportFactory
+from gymflow.reverify._inputs import Key, build_body, key_of, read_materialized
+from gymflow.reverify._options import ReverifyOptions
+from gymflow.reverify._paths import OutputPaths, delete, derived, download
+from gymflow.reverify._results import alarm_line
+from gymflow.reverify._resume import ResumeCounts, max_attempts, read_existing, resume_filter
+from gymflow.reverify._select import (
+    Selection,
+    VerifierHashes,
+    Work,
+    check_multistage,
+    select_native,
+    work_of_items,
+)
+from gymflow.reverify.items import Item
+
+__all__ = ["Echo", "Routed", "ReverifyPlan", "Tally", "prepare"]
+
+Echo = Callable[[str], None]
+
+TWO_SOURCES = (
+    "WARNING: judge-failed-only recovery merges rewards from TWO sources — the successful rollouts in "
+    "--rollouts were scored by the ORIGINAL run's verifier/judge, while the recovered rows are scored by "
+    "the CURRENT verification config. If any crucial parameter (judge model, judge prompt/params, verifier "
+    "config, etc.) "
+    "changed between the original run and this recovery, the merged rewards are inconsistent. Ensure the "
+    "verification config matches the original run."
+)
+NOTHING = "WARNING: Nothing to be re-verified."
+
+
+@dataclass(slots=True)
+class Routed:
+    """One row ready to send: the item, its server's URL and its content key."""
+
+    item: Item
+    server: str
+    url: str
+    reverify_key: str
+
+
+@dataclass
+class Tally:
+    """Counts of this run (the outcome, the banner and the provenance record use them)."""
+
+    selected: int = 0
+    skipped_by_resume: int = 0
+    verified: int = 0
+    succeeded: int = 0
+    failures: dict[str, int] = field(default_factory=dict)
+    no_persist: int = 0
+    duplicates: int = 0
+    unmatched: int = 0
+    seeded: int = 0
+
+    def failed(self, failure_class: str) -> None:
+        self.failures[failure_class] = self.failures.get(failure_class, 0) + 1
+
+    @property
+    def routed_failures(self) -> int:
+        return sum(self.failures.values())
+
+
+@dataclass
+class ReverifyPlan:
+    options: ReverifyOptions
+    gym_config: Mapping[str, Any]
+    routing: Routing
+    paths: OutputPaths
+    source: str | None
+    materialized: dict[Key, bytes]
+    items: list[Item]
+    work: list[Work]
+    urls: dict[str, str]
+    modes: dict[str, str]
+    verifier_hashes: dict[str, str]
+    unsafe_servers: list[str]
+    tally: Tally
+    started_at: str
+    transport: TransportFactory | None = None
+    resume: ResumeCounts | None = None
+    stack: ExitStack = field(default_factory=ExitStack)
+    files: dict[str, IO[bytes]] = field(default_factory=dict)
+
+    @property
+    def mode(self) -> str:
+        return self.options.input_format
+
+    @property
+    def settings(self) -> ClientSettings:
+        return ClientSettings(
+            concurrency=self.options.num_samples_in_parallel,
+            timeout_s=self.options.verify_timeout_s,
+            max_attempts=self.options.verify_max_attempts,
+        )
+
+    def batches(self, size: int = 1000) -> Iterator[list[Routed]]:
+        """The rows still to verify in batches of at most ``size``, read lazily from the source."""
+        if size < 1:
+            raise ValueError(f"batch size must be at least 1, not {size}")
+        if self.options.atif:
+            for start in range(0, len(self.work), size):
+                yield [self._routed(w, self.items[w.position]) for w in self.work[start : start + size]]
+            return
+        if not self.work or self.source is None:
+            return
+        wanted = {w.position: w for w in self.work}
+        batch: list[Routed] = []
+        for offset, line in storage.iter_lines(self.source):
+            work = wanted.get(offset)
+            if work is None:
+                continue
+            row = orjson.loads(line)
+            body = build_body(orjson.loads(self.materialized[work.key]), row)
+            batch.append(self._routed(work, Item(work.task, work.rollout, body, "", "gym")))
+            if len(batch) >= size:
+                yield batch
+                batch = []
+        if batch:
+            yield batch
+
+    def _routed(self, work: Work, item: Item) -> Routed:
+        return Routed(item, work.server, self.urls[work.server], work.reverify_key)
+
+    def append(self, which: str, line: bytes) -> None:
+        handle = self.files[which]
+        handle.write(line)
+
+    def flush(self) -> None:
+        for handle in self.files.values():
+            handle.flush()
+
+    def close_files(self) -> None:
+        for handle in self.files.values():
+            handle.close()
+        self.files.clear()
+
+    def abort(self) -> None:
+        """Leave the output resumable: flush, put staged files, stop launched servers."""
+        try:
+            self.close_files()
+            self.paths.publish()
+        finally:
+            self.stack.close()
+            self.paths.cleanup()
+
+
+def _same_file(options: ReverifyOptions, output: str) -> None:
+    target = storage.to_uri(output)
+    named = {
+        "--rollouts": options.rollouts_jsonl_fpath,
+        "--inputs": options.materialized_inputs_jsonl_fpath,
+        "--atif-manifest": options.atif_manifest_jsonl_fpath,
+    }
+    for flag, path in named.items():
+        if path is None or storage.to_uri(path) != target:
+            continue
+        if flag == "--rollouts" and options.judge_failed_only and options.append:
+            continue
+        raise GymflowError(
+            f"--output {output!r} is the same file as {flag}; refusing to overwrite an input. "
+            "Choose another --output."
+        )
+
+
+def _protect(paths: OutputPaths, options: ReverifyOptions, echo: Echo) -> None:
+    """Fresh-run protection (§2.7): delete with ``--overwrite``, else refuse."""
+    if options.resume_from_cache or options.append:
+        return
+    for url in (paths.output, paths.sidecar):
+        if storage.exists(url):
+            if not options.overwrite:
+                raise GymflowError(
+                    f"Output file already exists: {url!r}. Pass --overwrite to delete it and start fresh, "
+                    "or --resume to continue from it."
+                )
+            delete(url)
+            echo(f"Deleted existing output file: {url!r}")
+
+
+def _stage_existing(paths: OutputPaths) -> None:
+    """For a remote output, bring the existing output and sidecar into the staging directory."""
+    if not paths.remote:
+        return
+    for url, local in ((paths.output, paths.local_output), (paths.sidecar, paths.local_sidecar)):
+        if storage.isfile(url):
+            download(url, local)
+
+
+def _open(paths: OutputPaths) -> dict[str, IO[bytes]]:
+    directory = os.path.dirname(os.path.abspath(paths.local_output))
+    os.makedirs(directory, exist_ok=True)
+    return {"output": open(paths.local_output, "ab"), "sidecar": open(paths.local_sidecar, "ab")}
+
+
+def _output_keys(path: str) -> set[Key]:
+    keys: set[Key] = set()
+    if os.path.isfile(path):
+        with open(path, "rb") as handle:
+            for line in handle:
+                if line.strip():
+                    try:
+                        row = orjson.loads(line)
+                    except orjson.JSONDecodeError:
+                        continue
+                    key = key_of(row) if isinstance(row, dict) else None
+                    if key is not None:
+                        keys.add(key)
+    return keys
+
+
+def _seed(plan: ReverifyPlan, rollouts: str, echo: Echo) -> None:
+    """§2.9 step 6: append the successes not yet in the output."""
+    present = _output_keys(plan.paths.local_output)
+    count = 0
+    for _, line in storage.iter_lines(rollouts):
+        if not line.strip():
+            continue
+        try:
+            row = orjson.loads(line)
+        except orjson.JSONDecodeError as exc:
+            raise InputError(f"Malformed JSON in {rollouts!r}: {exc}") from None
+        key = key_of(row) if isinstance(row, dict) else None
+        if key is not None:
+            if key in present:
+                continue
+            present.add(key)
+        plan.append("output", line if line.endswith(b"\n") else line + b"\n")
+        count += 1
+    plan.flush()
+    plan.tally.seeded = count
+    echo(f"Recovery mode: seeded {count} successful rollout(s) into {plan.paths.output}")
+
+
+def _select(
+    options: ReverifyOptions,
+    routing: Routing,
+    hashes: VerifierHashes,
+    materialized: dict[Key, bytes],
+    warn: Echo,
+    exclude: set[Key],
+) -> tuple[Selection, list[Item], str | None]:
+    if options.atif:
+        from gymflow.atif.source import atif_items
+
+        assert options.atif_manifest_jsonl_fpath is not None
+        items = atif_items(
+            options.atif_manifest_jsonl_fpath,
+            options.materialized_inputs_jsonl_fpath,
+            limit=options.limit,
+            allow_outside_manifest=options.allow_outside_manifest,
+            warn=warn,
+        )
+        return work_of_items(items, routing, hashes), items, None
+    assert options.rollouts_jsonl_fpath is not None
+    source = options.rollouts_jsonl_fpath
+    if options.judge_failed_only:
+        source = derived(source)[0]
+    selection = select_native(
+        source,
+        materialized,
+        routing,
+        hashes,
+        limit=options.limit,
+        recovery=options.judge_failed_only,
+        exclude=exclude,
+    )
+    return selection, [], source
+
+
+def prepare(
+    options: ReverifyOptions,
+    gym_config: Mapping[str, Any],
+    echo: Echo,
+    *,
+    warn: Echo | None = None,
+    transport: TransportFactory | None = None,
+    guard_transport: httpx.BaseTransport | None = None,
+) -> ReverifyPlan:
+    """Select, route, guard and open the outputs; raises :class:`GymflowError` subclasses."""
+    warn = warn or echo
+    started = provenance.timestamp()
+    routing = Routing.of(gym_config)
+    hashes = VerifierHashes(gym_config)
+    materialized: dict[Key, bytes] = {}
+    exclude: set[Key] = set()
+    if not options.atif:
+        assert options.rollouts_jsonl_fpath is not None
+        if options.judge_failed_only:
+            check_multistage(
+                derived(options.rollouts_jsonl_fpath)[0],
+                options.rollouts_jsonl_fpath,
+                options.retry_invalid_judge_responses,
+            )
+        materialized = read_materialized(options.materialized_inputs_jsonl_fpath, warn)
+    if options.judge_failed_only:
+        assert options.rollouts_jsonl_fpath is not None
+        # Keys already in the output once seeding has run: the output's and the successes'.
+        exclude = _rollout_keys(options.rollouts_jsonl_fpath)
+        if storage.isfile(options.output_jsonl_fpath):
+            exclude |= _rollout_keys(options.output_jsonl_fpath)
+    selection, items, source = _select(options, routing, hashes, materialized, warn, exclude)
+    if selection.fallback_used:
+        message = routing.fallback_warning("reverify")
+        if message:
+            warn(message)
+    stack = ExitStack()
+    try:
+        plan = _open_plan(
+            options,
+            gym_config,
+            echo,
+            warn,
+            routing,
+            hashes,
+            materialized,
+            selection,
+            items,
+            source,
+            started,
+            stack,
+            guard_transport,
+        )
+        plan.transport = transport
+    except BaseException:
+        stack.close()
+        raise
+    return plan
+
+
+def _rollout_keys(path: str) -> set[Key]:
+    keys: set[Key] = set()
+    for _, line in storage.iter_lines(path):
+        if line.strip():
+            try:
+                row = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                continue
+            key = key_of(row) if isinstance(row, dict) else None
+            if key is not None:
+                keys.add(key)
+    return keys
+
+
+def _open_plan(
+    options: ReverifyOptions,
+    gym_config: Mapping[str, Any],
+    echo: Echo,
+    warn: Echo,
+    routing: Routing,
+    hashes: VerifierHashes,
+    materialized: dict[Key, bytes],
+    selection: Selection,
+    items: list[Item],
+    source: str | None,
+    started: str,
+    stack: ExitStack,
+    guard_transport: httpx.BaseTransport | None,
+) -> ReverifyPlan:
+    names = sorted({w.server for w in selection.work})
+    urls = stack.enter_context(
+        _guard.running_servers(gym_config, names, echo=echo, timeout_s=options.server_start_timeout_s)
+    )
+    for name in names:
+        if name not in urls:
+            raise GymflowError(
+                f"reverify: resources server {name!r} has no host/port or base_url in the config"
+            )
+    modes: dict[str, str] = {}
+    if not options.judge_failed_only:
+        modes = _guard.read_modes(
+            urls,
+            names,
+            attempts=options.verify_max_attempts,
+            timeout_s=min(options.verify_timeout_s, 30.0),
+            transport=guard_transport,
+        )
+    bad = _guard.unsafe(modes)
+    if bad and options.atif:
+        raise _guard.GuardError(_guard.atif_refusal(bad))
+    if bad and not options.force:
+        raise _guard.GuardError(_guard.refusal(bad))
+    if bad:
+        echo(_guard.warning(bad))
+    paths = OutputPaths.of(options.output_jsonl_fpath, unsafe=bool(bad))
+    _same_file(options, paths.output)
+    _protect(paths, options, echo)
+    tally = Tally(duplicates=sum(selection.duplicates.values()), unmatched=len(selection.unmatched))
+    plan = ReverifyPlan(
+        options=options,
+        gym_config=gym_config,
+        routing=routing,
+        paths=paths,
+        source=source,
+        materialized=materialized,
+        items=items,
+        work=selection.work,
+        urls={name: urls[name] for name in names},
+        modes=modes,
+        verifier_hashes={name: hashes(name) for name in names},
+        unsafe_servers=bad,
+        tally=tally,
+        started_at=started,
+        stack=stack,
+    )
+    if options.resume_from_cache or options.append:
+        _stage_existing(paths)
+    plan.files = _open(paths)
+    if options.judge_failed_only:
+        echo(TWO_SOURCES)
+        assert options.rollouts_jsonl_fpath is not None
+        _seed(plan, options.rollouts_jsonl_fpath, echo)
+    _report_duplicates(selection, source, echo)
+    unmatched = selection.unmatched
+    if options.resume_from_cache:
+        unmatched = _resume(plan, unmatched, echo, warn)
+    tally.selected = len(plan.work) + tally.skipped_by_resume
+    for row in unmatched:
+        plan.append("sidecar", orjson.dumps(row) + b"\n")
+        tally.failed("unmatched_rollout")
+        echo(alarm_line(row))
+    plan.flush()
+    if not plan.work:
+        echo(NOTHING)
+    else:
+        echo(f"Verifying with {options.num_samples_in_parallel} concurrent requests")
+    return plan
+
+
+def _report_duplicates(selection: Selection, source: str | None, echo: Echo) -> None:
+    if not selection.duplicates:
+        return
+    keys = list(selection.duplicates)
+    shown = ", ".join(repr(k) for k in keys[:10]) + (", ..." if len(keys) > 10 else "")
+    echo(
+        f"Skipped {sum(selection.duplicates.values())} duplicate rollout row(s) for {len(keys)} key(s) in "
+        f"{source!r}; verified the first row of each: [{shown}]"
+    )
+
+
+def _resume(
+    plan: ReverifyPlan, unmatched: list[dict[str, Any]], echo: Echo, warn: Echo
+) -> list[dict[str, Any]]:
+    """§2.8 with §4 point 4; returns the unmatched rows still to record."""
+    options, paths = plan.options, plan.paths
+    existing = read_existing(paths.local_output, paths.local_sidecar)
+    if not existing.found:
+        echo("Skipping resume_from_cache because cache paths don't exist!")
+    cap = max_attempts(echo)
+    todo, counts = resume_filter(
+        [(w.key, w.reverify_key) for w in plan.work],
+        existing,
+        atif=options.atif,
+        retry_terminal_timeouts=options.retry_terminal_timeouts,
+        cap=cap,
+        output_name=paths.output,
+    )
+    if counts.legacy_matches and not options.judge_failed_only:
+        warn(
+            f"{counts.legacy_matches} row(s) of {paths.output!r} carry no _ng_reverify_key; "
+            "matched them by (task, rollout) only."
+        )
+    plan.tally.skipped_by_resume = len(plan.work) - len(todo)
+    plan.work = [plan.work[i] for i in todo]
+    plan.resume = counts
+    for line in counts.lines():
+        echo(line)
+    return [row for row in unmatched if row["_ng_reverify_key"] not in existing.sidecar_keys]

@@ -1,0 +1,151 @@
+"""Selecting the native rows to verify: join, duplicates, unmatched rows, ``--limit``, the recovery
+predicate and routing (reverify.md §2.1, §2.3, §2.9, §4 points 3-5). One streaming pass; per
+selected row only its key, server, content key and line offset are kept."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from gymflow import storage
+from gymflow.errors import InputError
+from gymflow.gym_config import Routing, verifier_sha256
+from gymflow.reverify._inputs import Key, build_body, content_sha256, iter_rows, missing_response, row_key
+from gymflow.reverify._results import reverify_key
+
+__all__ = ["RECOVERED_CLASSES", "Selection", "Work", "check_multistage", "select_native", "work_of_items"]
+
+RECOVERED_CLASSES = frozenset({"judge_failed", "judge_invalid"})
+MULTISTAGE = (
+    "--judge-failed-only does not support multi-stage rows; resume the multi-stage rollout collection so "
+    "stage identity and adaptive references are preserved"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Work:
+    """One selected row: key, routed server, content key and where its source lies."""
+
+    task: int
+    rollout: int
+    server: str
+    reverify_key: str
+    position: int
+    """Byte offset of the rollout (or sidecar) line; index into the items in ATIF mode."""
+
+    @property
+    def key(self) -> Key:
+        return (self.task, self.rollout)
+
+
+@dataclass
+class Selection:
+    work: list[Work] = field(default_factory=list)
+    unmatched: list[dict[str, Any]] = field(default_factory=list)
+    duplicates: dict[Key, int] = field(default_factory=dict)
+    fallback_used: bool = False
+
+
+class VerifierHashes:
+    """``verifier_sha256`` per server, computed once each."""
+
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        self.config = config
+        self.cache: dict[str, str] = {}
+
+    def __call__(self, name: str) -> str:
+        digest = self.cache.get(name)
+        if digest is None:
+            digest = self.cache[name] = verifier_sha256(self.config, name)
+        return digest
+
+
+def route(routing: Routing, body: Mapping[str, Any]) -> tuple[str, bool]:
+    """The server of ``body`` and whether rule 4's fallback chose it."""
+    name = routing.route_row(body)
+    explicit = (isinstance(body.get("task_source"), str) and body["task_source"] in routing.resources) or (
+        isinstance(body.get("_ng_environment_server"), str)
+        and body["_ng_environment_server"] in routing.environments
+    )
+    return name, not explicit and not routing.agents
+
+
+def unmatched_row(key: Key, row: Mapping[str, Any], raw: bytes) -> dict[str, Any]:
+    out: dict[str, Any] = {"_ng_task_index": key[0], "_ng_rollout_index": key[1]}
+    if "agent_ref" in row:
+        out["agent_ref"] = row["agent_ref"]
+    out["_ng_failure_class"] = "unmatched_rollout"
+    out["_ng_failure_message"] = f"no materialized input row for (task {key[0]}, rollout {key[1]})"
+    out["_ng_reverify_key"] = reverify_key("gym", content_sha256(b"", raw), "")
+    return out
+
+
+def select_native(
+    source: str,
+    materialized: Mapping[Key, bytes],
+    routing: Routing,
+    hashes: VerifierHashes,
+    *,
+    limit: int | None,
+    recovery: bool,
+    exclude: set[Key] | frozenset[Key] = frozenset(),
+) -> Selection:
+    """Stream ``source`` (rollouts, or the recovery sidecar) and select what to verify.
+
+    Raises :class:`InputError` / :class:`RouteError` before anything is written.
+    """
+    selection = Selection()
+    seen: set[Key] = set()
+    for number, offset, raw, row in iter_rows(source):
+        if limit is not None and len(selection.work) >= limit:
+            break
+        key = row_key(source, number, row)
+        if recovery and (row.get("_ng_failure_class") not in RECOVERED_CLASSES or key in exclude):
+            continue
+        if key in seen:
+            if not recovery:
+                selection.duplicates[key] = selection.duplicates.get(key, 0) + 1
+            continue
+        seen.add(key)
+        line = materialized.get(key)
+        if line is None:
+            selection.unmatched.append(unmatched_row(key, row, raw))
+            continue
+        if "response" not in row:
+            raise missing_response(key, row)
+        body = build_body(orjson.loads(line), row)
+        server, fallback = route(routing, body)
+        selection.fallback_used = selection.fallback_used or fallback
+        selection.work.append(
+            Work(
+                key[0], key[1], server, reverify_key("gym", content_sha256(line, raw), hashes(server)), offset
+            )
+        )
+    return selection
+
+
+def check_multistage(sidecar: str, rollouts: str, retry_invalid: bool) -> None:
+    """§2.9 step 2 (and the G check that the source sidecar exists)."""
+    if not storage.isfile(sidecar):
+        raise InputError(f"judge-failed-only source not found: {sidecar!r}")
+    for _, _, _, row in iter_rows(sidecar):
+        if "stage_index" in row:
+            raise InputError(MULTISTAGE)
+    if retry_invalid:
+        for _, _, _, row in iter_rows(rollouts):
+            if row.get("invalid_judge_response") and "stage_index" in row:
+                raise InputError(MULTISTAGE)
+
+
+def work_of_items(items: list[Any], routing: Routing, hashes: VerifierHashes) -> Selection:
+    """Route ATIF items (their checks are done by ``gymflow.atif``)."""
+    selection = Selection()
+    for index, item in enumerate(items):
+        server, fallback = route(routing, item.body)
+        selection.fallback_used = selection.fallback_used or fallback
+        key = reverify_key(item.mode, item.source_sha256, hashes(server))
+        selection.work.append(Work(item.task, item.rollout, server, key, index))
+    return selection

@@ -1,0 +1,91 @@
+"""One batch: POST every row, stamp and classify the answers (§2.6, §4 point 1), then record them."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from gymflow.reverify._client import Request, Result, verify_requests
+from gymflow.reverify._plan import Echo, ReverifyPlan, Routed
+from gymflow.reverify._results import Destination, alarm_line, classify, stamp
+
+__all__ = ["BatchResult", "OnRow", "record_batch", "verify_batch"]
+
+OnRow = Callable[[Destination, dict[str, Any]], None]
+"""Called once per completed row with where it goes and the stamped row."""
+
+
+@dataclass
+class BatchResult:
+    """The completed rows of one batch: where each goes and its JSONL line."""
+
+    lines: list[tuple[Destination, bytes]] = field(default_factory=list)
+    failures: list[dict[str, Any]] = field(default_factory=list)
+    no_persist: int = 0
+
+    @property
+    def verified(self) -> int:
+        return len(self.lines) + self.no_persist
+
+
+def dumps(row: dict[str, Any]) -> bytes:
+    """Compact JSON + newline (big integers and non-finite floats fall back to the json module)."""
+    try:
+        return orjson.dumps(row) + b"\n"
+    except TypeError:
+        return json.dumps(row, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
+
+
+def _request(routed: Routed) -> Request:
+    body = routed.item.body
+    if "_ng_atif_provenance" in body:
+        body = {k: v for k, v in body.items() if k != "_ng_atif_provenance"}
+    return Request(f"{routed.url}/verify", dumps(body)[:-1])
+
+
+def verify_batch(plan: ReverifyPlan, batch: list[Routed], on_row: OnRow | None = None) -> BatchResult:
+    """Verify ``batch`` (at most ``--concurrency`` requests in flight, per-row retries inside).
+
+    Runs its own event loop, so it may be called from a worker thread. Nothing is written here.
+    """
+    result = BatchResult()
+    atif = plan.options.atif
+    retry_invalid = plan.options.retry_invalid_judge_responses
+
+    def on_result(index: int, outcome: Result) -> None:
+        routed = batch[index]
+        if outcome.answer is not None:
+            row = stamp(outcome.answer, routed.item.body, routed.reverify_key, retry_invalid)
+        else:
+            row = stamp({}, routed.item.body, routed.reverify_key, False)
+            row.update(outcome.failure or {})
+        destination = classify(row, atif)
+        if destination == "none":
+            result.no_persist += 1
+        else:
+            result.lines.append((destination, dumps(row)))
+            if destination == "sidecar":
+                result.failures.append(row)
+        if on_row is not None:
+            on_row(destination, row)
+
+    verify_requests([_request(r) for r in batch], plan.settings, on_result, plan.transport)
+    return result
+
+
+def record_batch(plan: ReverifyPlan, result: BatchResult, echo: Echo) -> None:
+    """Append successes to the output and failures to the sidecar (flushed), print the 🚨 lines."""
+    tally = plan.tally
+    for destination, line in result.lines:
+        plan.append(destination, line)
+    plan.flush()
+    tally.verified += result.verified
+    tally.no_persist += result.no_persist
+    tally.succeeded += sum(1 for destination, _ in result.lines if destination == "output")
+    for row in result.failures:
+        tally.failed(str(row.get("_ng_failure_class")))
+        echo(alarm_line(row))
