@@ -31,7 +31,10 @@ def build_parser() -> argparse.ArgumentParser:
     from gymflow.cli import aggregate as aggregate_command
     from gymflow.cli import health as health_command
     from gymflow.cli import join as join_command
+    from gymflow.cli import post as post_command
     from gymflow.cli import provenance as provenance_command
+    from gymflow.cli import reverify as reverify_command
+    from gymflow.cli import serve as serve_command
     from gymflow.cli import ui as ui_command
 
     parser = argparse.ArgumentParser(
@@ -51,8 +54,11 @@ def build_parser() -> argparse.ArgumentParser:
     health_command.register(eval_commands)
     aggregate_command.register(eval_commands)
     join_command.register(eval_commands)
+    post_command.register(eval_commands)
+    reverify_command.register(eval_commands)
     provenance_command.register(groups)
     ui_command.register(groups)
+    serve_command.register(groups)
     return parser
 
 

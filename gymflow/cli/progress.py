@@ -47,3 +47,39 @@ def progress_bar(total: int, label: str) -> ProgressBar | None:
     if total < MIN_BYTES or os.environ.get("CI") or not stream.isatty():
         return None
     return ProgressBar(total, label, stream)
+
+
+class RowProgress:
+    """A row-count bar: rows done, rows/s and failures so far (``eval reverify``)."""
+
+    def __init__(self, label: str, stream: TextIO) -> None:
+        self.label = label
+        self.stream = stream
+        self.started = time.monotonic()
+        self.shown = 0.0
+
+    def __call__(self, done: int, failures: int, total: int) -> None:
+        now = time.monotonic()
+        if now - self.shown < 0.1 and done < total:
+            return
+        self.shown = now
+        fraction = min(done / max(total, 1), 1.0)
+        filled = int(fraction * 30)
+        rate = done / max(now - self.started, 1e-9)
+        self.stream.write(
+            f"\r{self.label} [{'#' * filled}{'.' * (30 - filled)}] {fraction:4.0%} {done:,}/{total:,} rows "
+            f"{rate:,.1f} rows/s {failures:,} failed"
+        )
+        self.stream.flush()
+
+    def close(self) -> None:
+        self.stream.write("\r\x1b[2K")
+        self.stream.flush()
+
+
+def row_progress(label: str) -> RowProgress | None:
+    """A row bar on stderr, or ``None`` when not on a terminal or ``CI`` is set."""
+    stream = sys.stderr
+    if os.environ.get("CI") or not stream.isatty():
+        return None
+    return RowProgress(label, stream)

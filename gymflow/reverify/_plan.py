@@ -329,6 +329,8 @@ def prepare(
         if message:
             warn(message)
     stack = ExitStack()
+    from gymflow import lifeline
+
     try:
         plan = _open_plan(
             options,
@@ -346,6 +348,8 @@ def prepare(
             guard_transport,
         )
         plan.transport = transport
+        # On Ctrl-C the CLI exits from its signal handler: publish what a remote output holds so far.
+        stack.callback(lifeline.add_cleanup(plan.paths.publish))
     except BaseException:
         stack.close()
         raise

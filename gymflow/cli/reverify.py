@@ -1,0 +1,147 @@
+"""``gymflow eval reverify``: re-score stored rollouts through a resources server's ``/verify``
+(spec ``reverify.md``)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Mapping, Sequence
+from functools import partial
+from typing import Any
+
+from gymflow import storage
+from gymflow.cli.config import load_config
+from gymflow.cli.gym_config import load_gym_config, split_overrides
+from gymflow.cli.progress import row_progress
+from gymflow.config import GymflowConfig
+from gymflow.errors import GymflowError, UsageError
+
+INTERRUPTED = "Interrupted; the output is left resumable (rerun with --resume)."
+
+# flag destination -> config key (reverify.md §1)
+_FLAGS = {
+    "input_format": "input_format",
+    "inputs": "materialized_inputs_jsonl_fpath",
+    "rollouts": "rollouts_jsonl_fpath",
+    "atif_manifest": "atif_manifest_jsonl_fpath",
+    "output": "output_jsonl_fpath",
+    "concurrency": "num_samples_in_parallel",
+    "limit": "limit",
+    "force": "force",
+    "overwrite": "overwrite",
+    "resume": "resume_from_cache",
+    "disable_aggregation": "disable_aggregation",
+    "judge_failed_only": "judge_failed_only",
+    "append": "append",
+    "verify_timeout": "verify_timeout_s",
+    "max_attempts": "verify_max_attempts",
+    "server_metrics": "server_metrics",
+    "allow_outside_manifest": "allow_outside_manifest",
+}
+
+
+def _flag(parser: argparse.ArgumentParser, *names: str, help: str) -> None:
+    parser.add_argument(*names, action="store_const", const=True, default=None, help=help)
+
+
+def register(eval_commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = eval_commands.add_parser(
+        "reverify",
+        help="re-score stored rollouts through a resources server's /verify",
+        description="Replay stored rollouts (or Relay ATIF trajectories) through a resources server's "
+        "/verify endpoint to recompute rewards, without model inference. Config keys and Gym server "
+        "settings may also be given as Hydra-style overrides (key=value, +key=value, ++a.b=value).",
+    )
+    parser.add_argument(
+        "--config", action="append", default=[], metavar="PATH", help="Gym config YAML (repeatable)"
+    )
+    parser.add_argument("--input-format", metavar="gym|atif", help="input format (default gym)")
+    parser.add_argument("--inputs", metavar="PATH", help="materialized inputs JSONL")
+    parser.add_argument("--rollouts", metavar="PATH", help="rollouts JSONL (gym input)")
+    parser.add_argument("--atif-manifest", metavar="PATH", help="ATIF manifest JSONL (atif input)")
+    parser.add_argument("--output", "-o", metavar="PATH", help="re-verified rollouts JSONL")
+    parser.add_argument("--concurrency", metavar="N", help="requests in flight (default 32)")
+    parser.add_argument("--limit", metavar="N", help="verify only the first N joined rows")
+    parser.add_argument("--verify-timeout", metavar="S", help="per-request timeout in seconds (default 300)")
+    parser.add_argument("--max-attempts", metavar="N", help="attempts per request (default 4)")
+    _flag(
+        parser, "--force", help="run against servers reporting unsupported/unknown (output prefixed unsafe_)"
+    )
+    _flag(parser, "--overwrite", help="delete an existing output and its sidecar first")
+    _flag(parser, "--resume", help="continue from an existing output")
+    _flag(parser, "--disable-aggregation", help="do not write the aggregate-metrics file")
+    _flag(parser, "--judge-failed-only", help="re-verify only the run's judge failures")
+    _flag(parser, "--append", help="with --judge-failed-only: add to an existing output")
+    _flag(parser, "--server-metrics", help="compute aggregate metrics on the resources server")
+    _flag(parser, "--allow-outside-manifest", help="ATIF: allow trajectories outside the manifest directory")
+    parser.add_argument("--direct", action="store_true", help="run in-process, without Prefect")
+    parser.add_argument("-v", "--verbose", action="store_true", help="show Prefect's and gymflow's logs")
+    parser.set_defaults(handler=partial(run, parser))
+
+
+def build_options(args: argparse.Namespace, extras: Sequence[str]) -> tuple[Any, dict[str, Any]]:
+    """Flags + ``--config`` files + overrides -> (ReverifyOptions, the Gym config as a plain dict)."""
+    from gymflow.reverify import CONFIG_KEYS, options_from_config
+
+    merged = load_gym_config(args.config, split_overrides(extras), command_keys=CONFIG_KEYS)
+    values = {key: merged.pop(key) for key in CONFIG_KEYS if key in merged}
+    for dest, key in _FLAGS.items():
+        value = getattr(args, dest)
+        if value is not None:
+            values[key] = value
+    values["config_paths"] = list(args.config)
+    return options_from_config(values), merged
+
+
+def _echo(line: str) -> None:
+    print(line, flush=True)
+
+
+def _warn(line: str) -> None:
+    print(f"Warning: {line}", file=sys.stderr, flush=True)
+
+
+def run(parser: argparse.ArgumentParser, args: argparse.Namespace, extras: Sequence[str]) -> int:
+    try:
+        settings = load_config()
+        storage.configure(settings.storage.options)
+        options, gym_config = build_options(args, extras)
+    except UsageError as exc:
+        parser.error(str(exc))
+    except GymflowError as exc:
+        print(f"Error: {exc}", file=sys.stderr)
+        return 1
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        if args.direct:
+            _run_direct(options, gym_config)
+        else:
+            _run_flow(settings, options, gym_config)
+    except GymflowError as exc:
+        print(f"Error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(INTERRUPTED, file=sys.stderr)
+        return 130
+    return 0
+
+
+def _run_direct(options: Any, gym_config: Mapping[str, Any]) -> None:
+    from gymflow.reverify import run_reverify
+
+    bar = row_progress("Collecting reverification results")
+    try:
+        run_reverify(options, gym_config, echo=_echo, progress=bar, warn=_warn)
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+def _run_flow(settings: GymflowConfig, options: Any, gym_config: Mapping[str, Any]) -> None:
+    # LEAD: replace with the Prefect flow (flows/reverify.py): one flow run per command, tasks
+    # prepare -> verify_batch/record_batch per batch of <= 1000 -> finish(orchestrator={"kind": "prefect",
+    # ...}). Until then the default mode runs the direct path.
+    _run_direct(options, gym_config)
