@@ -406,6 +406,10 @@ def _open_plan(
     bad = _guard.unsafe(modes)
     if bad and options.atif:
         raise _guard.GuardError(_guard.atif_refusal(bad))
+    if options.atif:
+        from gymflow.atif.preflight import preflight
+
+        preflight(gym_config, [(items[w.position].body, w.server) for w in selection.work])
     if bad and not options.force:
         raise _guard.GuardError(_guard.refusal(bad))
     if bad:
