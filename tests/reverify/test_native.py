@@ -10,7 +10,7 @@ import pytest
 
 from gymflow.gym_config import verifier_sha256
 from gymflow.reverify import reverify_key
-from tests.reverify.cases import AGENT, Case, case, key, read_jsonl, write_jsonl  # noqa: F401
+from tests.reverify.cases import AGENT, Case, case_fixture, key, read_jsonl, write_jsonl  # noqa: F401
 from tests.reverify.server_process import ServerProcess
 
 pytestmark = pytest.mark.timeout(60)
@@ -103,7 +103,8 @@ def test_item_09_duplicate_materialized_last_wins(case: Case) -> None:
     scored = {key(r): r for r in case.out_rows()}
     assert scored[(0, 0)]["reward"] == 0.0 and scored[(0, 0)]["expected_answer"] == "C"
     assert (
-        f"Warning: 1 materialized input key(s) repeated in {str(case.inputs)!r}; the last row of each is used: "
+        f"Warning: 1 materialized input key(s) repeated in {str(case.inputs)!r}; the last row of each is "
+        "used: "
         "[(0, 0)]" in outcome.err
     )
 
@@ -244,7 +245,8 @@ def test_item_39_disable_aggregation_limit(case: Case) -> None:
     assert sorted(tuple(e["key"]) for e in case.server.log("/verify")) == [key(r) for r in case.rollouts[:3]]
     assert not case.path("out_aggregate_metrics.json").exists()
     assert (
-        "Skipping aggregate-metrics computation because disable_aggregation=True. Run `gymflow eval aggregate` "
+        "Skipping aggregate-metrics computation because disable_aggregation=True. Run "
+        "`gymflow eval aggregate` "
         "after all shards finish to compute the global metrics." in outcome.lines
     )
     assert "        Aggregate metrics: None" in outcome.lines
@@ -358,7 +360,8 @@ def test_same_file_refused(case: Case) -> None:
     outcome = case.run("--overwrite", output=case.rollouts_path)
     assert outcome.code == 1
     assert outcome.error == (
-        f"Error: --output {str(case.rollouts_path)!r} is the same file as --rollouts; refusing to overwrite an "
+        f"Error: --output {str(case.rollouts_path)!r} is the same file as --rollouts; refusing to "
+        "overwrite an "
         "input. Choose another --output."
     )
     assert len(read_jsonl(case.rollouts_path)) == 9

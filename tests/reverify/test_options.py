@@ -6,7 +6,7 @@ import pytest
 
 from gymflow.errors import UsageError
 from gymflow.reverify import options_from_config
-from tests.reverify.cases import Case, case  # noqa: F401
+from tests.reverify.cases import Case, case_fixture  # noqa: F401
 
 pytestmark = pytest.mark.timeout(60)
 
