@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -38,7 +39,8 @@ def _python(code: str, cwd: Path, timeout: float = 60) -> subprocess.CompletedPr
 def test_no_arguments_prints_the_help(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([]) == 2
     captured = capsys.readouterr()
-    assert captured.out.startswith("usage: gymflow [-h] [--version] {eval,provenance,ui} ...\n")
+    usage = r"usage: gymflow \[-h\] \[--version\] \{eval,provenance,ui[a-z,]*\} \.\.\.\n"
+    assert re.match(usage, captured.out)
     assert "examples:\n  gymflow eval health-check results/run" in captured.out
     assert "required" not in captured.out + captured.err
 
@@ -46,7 +48,7 @@ def test_no_arguments_prints_the_help(capsys: pytest.CaptureFixture[str]) -> Non
 def test_a_group_alone_prints_its_commands(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["eval"]) == 2
     out = capsys.readouterr().out
-    assert out.startswith("usage: gymflow eval [-h] {health-check,aggregate,join} ...\n")
+    assert re.match(r"usage: gymflow eval \[-h\] \{health-check,aggregate,join[a-z,-]*\} \.\.\.\n", out)
     assert "Work on the artifacts of an evaluation run." in out
 
 
@@ -55,9 +57,7 @@ def test_top_level_help_is_written_for_users(capsys: pytest.CaptureFixture[str])
         main(["--help"])
     assert exit_info.value.code == 0
     out = capsys.readouterr().out
-    assert (
-        "\nCheck, join and aggregate the rollouts a NeMo Gym evaluation wrote, on local disk or S3.\n" in out
-    )
+    assert "\nCheck, join, aggregate and re-verify the rollouts a NeMo Gym evaluation wrote" in out
     assert "parses arguments" not in out and "loads config" not in out
     assert "Run 'gymflow eval COMMAND --help' for a command's options." in out
 

@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from gymflow import __version__
 
 DESCRIPTION = """\
-Check, join and aggregate the rollouts a NeMo Gym evaluation wrote, on local disk or S3.
-Every command runs as a Prefect flow (or in-process with --direct) and writes a provenance
-record next to its reports."""
+Check, join, aggregate and re-verify the rollouts a NeMo Gym evaluation wrote, on local disk
+or S3. Every command runs as a Prefect flow (or in-process with --direct) and writes a
+provenance record next to its reports."""
 EPILOG = """\
 examples:
   gymflow eval health-check results/run             check every rollout of a run
