@@ -128,8 +128,8 @@ class Case:
         return data
 
 
-@pytest.fixture
-def case(
+@pytest.fixture(name="case")
+def case_fixture(
     tmp_path: Path, resources_server: ServerProcess, capsys: pytest.CaptureFixture[str]
 ) -> Iterator[Case]:
     yield Case(tmp_path, resources_server, capsys)
