@@ -102,7 +102,8 @@ def relay(tmp_path: Path, resources_server: ServerProcess, gym_config_file: Call
 
 
 def reverify_key(source_sha256: str, block: dict[str, Any], name: str = "mcqa") -> str:
-    kept = {k: v for k, v in block.items() if k not in ("host", "port", "base_url")}
+    """§4 point 4, for ``name.resources_servers`` = ``{name: block}``."""
+    kept = {name: {k: v for k, v in block.items() if k not in ("host", "port", "base_url")}}
     verifier = json.dumps({"resources_server": name, "config": kept}, sort_keys=True, separators=(",", ":"))
     text = f"gymflow-reverify-key/1\natif\n{source_sha256}\n{hashlib.sha256(verifier.encode()).hexdigest()}"
     return hashlib.sha256(text.encode()).hexdigest()
@@ -248,15 +249,25 @@ def test_resume_reverifies_only_the_failed_entry(relay: Relay, resources_server:
     ) in edited.stderr
 
 
-def test_resume_after_kill_9(
-    tmp_path: Path, start_resources_server: Callable[..., ServerProcess], gym_config_file: Callable[..., Path]
-) -> None:
-    (tmp_path / "relay").mkdir()
-    server = start_resources_server("stateless", latency_ms=150)
-    relay = Relay(tmp_path, gym_config_file({"mcqa": server}), n=12)
+def test_resume_after_kill_9(relay: Relay, resources_server: ServerProcess) -> None:
+    """The core appends results per batch of 1000 rows: kill the run while the second batch waits on a
+    hanging key, then ``--resume`` verifies only what the output does not hold yet."""
+    n = 1100
+    relay.inputs = write_jsonl(
+        relay.inputs, [materialized_row(task, 0, expected_answer="A") for task in range(n)]
+    )
+    relay.paths = []
+    for task in range(n):
+        relay.paths.append(
+            write_json(
+                relay.root / "relay" / f"t{task}.json",
+                text_trajectory("\\boxed{A}", trajectory_id=f"t{task}"),
+            )
+        )
     relay.write_manifest()
+    resources_server.set((1050, 0), kind="hang", hang_s=30)
     proc = subprocess.Popen(
-        [*CLI, *relay.args("--concurrency", "1")],
+        [*CLI, *relay.args()],
         cwd=REPO_ROOT,
         env=server_env(),
         stdout=subprocess.DEVNULL,
@@ -264,27 +275,29 @@ def test_resume_after_kill_9(
         start_new_session=True,
     )
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 45
         while time.monotonic() < deadline:
-            if relay.output.exists() and relay.output.read_bytes().count(b"\n") >= 3:
+            if relay.output.exists() and relay.output.read_bytes().count(b"\n") >= 1000:
                 break
             assert proc.poll() is None, "the run ended before it could be killed"
-            time.sleep(0.05)
+            time.sleep(0.1)
         else:
-            pytest.fail("no results were written within 30 s")
+            pytest.fail("the first batch was not written within 45 s")
+        while len(resources_server.log("/verify")) < n and time.monotonic() < deadline:
+            time.sleep(0.1)  # the second batch is in flight, (1050, 0) hangs
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(10)
-    before = {r["_ng_task_index"] for r in read_rows(relay.output) if "reward" in r}
-    assert 3 <= len(before) < 12
-    sent_before = len(server.log("/verify"))
-    done = relay.run("--resume", timeout=60)
+    before = {r["_ng_task_index"] for r in read_rows(relay.output)}
+    assert len(before) == 1000
+    resources_server.reset()
+    done = relay.run("--resume", timeout=90)
     assert done.returncode == 0, done.stderr
     rows = read_rows(relay.output)
-    assert sorted(r["_ng_task_index"] for r in rows) == list(range(12))
-    resent = [tuple(e["key"]) for e in server.log("/verify")[sent_before:]]
-    assert not {key[0] for key in resent} & before
-    assert len(resent) == 12 - len(before)
+    assert sorted(r["_ng_task_index"] for r in rows) == list(range(n))
+    assert all(r["reward"] == 1.0 for r in rows)
+    resent = {e["key"][0] for e in resources_server.log("/verify")}
+    assert resent == set(range(n)) - before
 
 
 def test_readme_example_runs_as_written(tmp_path: Path) -> None:
