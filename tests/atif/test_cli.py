@@ -249,6 +249,15 @@ def test_resume_reverifies_only_the_failed_entry(relay: Relay, resources_server:
     ) in edited.stderr
 
 
+def test_resume_refuses_rows_without_a_content_key(relay: Relay, resources_server: ServerProcess) -> None:
+    relay.output.parent.mkdir()
+    relay.output.write_text(dumps({"_ng_task_index": 0, "_ng_rollout_index": 0, "reward": 1.0}) + "\n")
+    done = relay.run("--resume")
+    assert done.returncode == 1
+    assert f"Error: Cannot resume: '{relay.output}' holds 1 result(s) without _ng_reverify_key" in done.stderr
+    assert resources_server.log("/verify") == []
+
+
 def test_resume_after_kill_9(relay: Relay, resources_server: ServerProcess) -> None:
     """The core appends results per batch of 1000 rows: kill the run while the second batch waits on a
     hanging key, then ``--resume`` verifies only what the output does not hold yet."""
