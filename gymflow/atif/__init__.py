@@ -4,4 +4,4 @@ from gymflow.atif.errors import AtifError
 from gymflow.atif.preflight import preflight
 from gymflow.atif.source import PROVENANCE_KEY, atif_items
 
-__all__ = ["PROVENANCE_KEY", "AtifError", "atif_items", "preflight"]
+__all__ = ["AtifError", "PROVENANCE_KEY", "atif_items", "preflight"]

@@ -7,11 +7,25 @@ path and the reason on one line, e.g. ``steps[0].timestamp: invalid ISO 8601 tim
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
 from datetime import datetime
-from typing import Any, TypeVar, cast, get_args
+from typing import Any, cast, get_args
 
+from gymflow.atif.fields import (
+    Fields,
+    ProfileError,
+    at,
+    boolean,
+    choices,
+    cost,
+    count,
+    json_object,
+    listed,
+    logprobs,
+    number,
+    objects,
+    string,
+    token_ids,
+)
 from gymflow.atif.model import (
     SCHEMA_VERSION,
     Agent,
@@ -19,7 +33,6 @@ from gymflow.atif.model import (
     ContentPart,
     FinalMetrics,
     ImageSource,
-    JSONObject,
     MediaType,
     Observation,
     ObservationResult,
@@ -30,131 +43,13 @@ from gymflow.atif.model import (
     Trajectory,
 )
 
-T = TypeVar("T")
-
 _MEDIA_TYPES: tuple[str, ...] = get_args(MediaType)
 _SOURCES: tuple[str, ...] = get_args(StepSource)
 _AGENT_ONLY = ("model_name", "reasoning_effort", "reasoning_content", "tool_calls", "metrics")
 
 
-class ProfileError(ValueError):
-    """A document is outside the accepted profile."""
-
-    def __init__(self, path: str, reason: str) -> None:
-        super().__init__(f"{path}: {reason}" if path else reason)
-
-
-def _at(path: str, key: str | int) -> str:
-    if isinstance(key, int):
-        return f"{path}[{key}]"
-    return f"{path}.{key}" if path else key
-
-
-def _choices(values: tuple[str, ...]) -> str:
-    quoted = [repr(v) for v in values]
-    return quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} or {quoted[-1]}"
-
-
-class _Fields:
-    """Typed access to one JSON object's fields; unknown keys are rejected by :meth:`done`."""
-
-    def __init__(self, value: Any, path: str, declared: tuple[str, ...]) -> None:
-        if not isinstance(value, dict):
-            raise ProfileError(path, "Input should be an object")
-        self.obj: dict[str, Any] = value
-        self.path = path
-        self.declared = declared
-
-    def done(self) -> None:
-        for key in self.obj:
-            if key not in self.declared:
-                raise ProfileError(_at(self.path, key), "Extra inputs are not permitted")
-
-    def get(self, key: str, check: Callable[[Any, str], T], *, required: bool = False) -> T | None:
-        path = _at(self.path, key)
-        if key not in self.obj:
-            if required:
-                raise ProfileError(path, "Field required")
-            return None
-        value = self.obj[key]
-        if value is None and not required:
-            return None
-        return check(value, path)
-
-    def need(self, key: str, check: Callable[[Any, str], T]) -> T:
-        result = self.get(key, check, required=True)
-        assert result is not None
-        return result
-
-
-def _str(value: Any, path: str) -> str:
-    if not isinstance(value, str):
-        raise ProfileError(path, "Input should be a valid string")
-    return value
-
-
-def _bool(value: Any, path: str) -> bool:
-    if not isinstance(value, bool):
-        raise ProfileError(path, "Input should be a valid boolean")
-    return value
-
-
-def _count(value: Any, path: str) -> int:
-    if type(value) is not int:
-        raise ProfileError(path, "Input should be a valid integer")
-    if value < 0:
-        raise ProfileError(path, "Input should be greater than or equal to 0")
-    return value
-
-
-def _number(value: Any, path: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ProfileError(path, "Input should be a valid number")
-    try:
-        return float(value)
-    except OverflowError:
-        raise ProfileError(path, "Input should be a finite number") from None
-
-
-def _cost(value: Any, path: str) -> float:
-    number = _number(value, path)
-    if not number >= 0:
-        raise ProfileError(path, "Input should be greater than or equal to 0")
-    return number
-
-
-def _json_object(value: Any, path: str) -> JSONObject:
-    if not isinstance(value, dict):
-        raise ProfileError(path, "Input should be an object")
-    return value
-
-
-def _list(value: Any, path: str, item: Callable[[Any, str], T]) -> tuple[T, ...]:
-    if not isinstance(value, list):
-        raise ProfileError(path, "Input should be a valid list")
-    return tuple(item(v, _at(path, i)) for i, v in enumerate(value))
-
-
-def _objects(value: Any, path: str) -> tuple[JSONObject, ...]:
-    return _list(value, path, _json_object)
-
-
-def _token_ids(value: Any, path: str) -> tuple[int, ...]:
-    if not isinstance(value, list) or any(type(v) is not int or v < 0 for v in value):
-        raise ProfileError(path, "token IDs must be non-negative JSON integer arrays")
-    return tuple(value)
-
-
-def _logprobs(value: Any, path: str) -> tuple[float, ...]:
-    if not isinstance(value, list) or any(
-        isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) for v in value
-    ):
-        raise ProfileError(path, "log probabilities must be finite JSON number arrays")
-    return tuple(float(v) for v in value)
-
-
 def _timestamp(value: Any, path: str) -> str:
-    text = _str(value, path)
+    text = string(value, path)
     try:
         datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError as exc:
@@ -163,21 +58,21 @@ def _timestamp(value: Any, path: str) -> str:
 
 
 def _image_source(value: Any, path: str) -> ImageSource:
-    fields = _Fields(value, path, ("media_type", "path"))
-    media_type = fields.need("media_type", _str)
+    fields = Fields(value, path, ("media_type", "path"))
+    media_type = fields.need("media_type", string)
     if media_type not in _MEDIA_TYPES:
-        raise ProfileError(_at(path, "media_type"), f"Input should be {_choices(_MEDIA_TYPES)}")
-    image_path = fields.need("path", _str)
+        raise ProfileError(at(path, "media_type"), f"Input should be {choices(_MEDIA_TYPES)}")
+    image_path = fields.need("path", string)
     fields.done()
     return ImageSource(media_type=cast(MediaType, media_type), path=image_path)
 
 
 def _content_part(value: Any, path: str) -> ContentPart:
-    fields = _Fields(value, path, ("type", "text", "source"))
-    kind = fields.need("type", _str)
+    fields = Fields(value, path, ("type", "text", "source"))
+    kind = fields.need("type", string)
     if kind not in ("text", "image"):
-        raise ProfileError(_at(path, "type"), "Input should be 'text' or 'image'")
-    text = fields.get("text", _str)
+        raise ProfileError(at(path, "type"), "Input should be 'text' or 'image'")
+    text = fields.get("text", string)
     source = fields.get("source", _image_source)
     fields.done()
     if kind == "text":
@@ -197,68 +92,66 @@ def _content(value: Any, path: str) -> Content:
     if isinstance(value, str):
         return value
     if isinstance(value, list):
-        return _list(value, path, _content_part)
+        return listed(value, path, _content_part)
     raise ProfileError(path, "Input should be a valid string or a list of content parts")
 
 
 def _agent(value: Any, path: str) -> Agent:
-    fields = _Fields(value, path, ("name", "version", "model_name", "tool_definitions", "extra"))
+    fields = Fields(value, path, ("name", "version", "model_name", "tool_definitions", "extra"))
     agent = Agent(
-        name=fields.need("name", _str),
-        version=fields.need("version", _str),
-        model_name=fields.get("model_name", _str),
-        tool_definitions=fields.get("tool_definitions", _objects),
-        extra=fields.get("extra", _json_object),
+        name=fields.need("name", string),
+        version=fields.need("version", string),
+        model_name=fields.get("model_name", string),
+        tool_definitions=fields.get("tool_definitions", objects),
+        extra=fields.get("extra", json_object),
     )
     fields.done()
     return agent
 
 
 def _tool_call(value: Any, path: str) -> ToolCall:
-    fields = _Fields(value, path, ("tool_call_id", "function_name", "arguments", "extra"))
+    fields = Fields(value, path, ("tool_call_id", "function_name", "arguments", "extra"))
     call = ToolCall(
-        tool_call_id=fields.need("tool_call_id", _str),
-        function_name=fields.need("function_name", _str),
-        arguments=fields.need("arguments", _json_object),
-        extra=fields.get("extra", _json_object),
+        tool_call_id=fields.need("tool_call_id", string),
+        function_name=fields.need("function_name", string),
+        arguments=fields.need("arguments", json_object),
+        extra=fields.get("extra", json_object),
     )
     fields.done()
     return call
 
 
 def _result(value: Any, path: str) -> ObservationResult:
-    fields = _Fields(value, path, ("source_call_id", "content", "subagent_trajectory_ref", "extra"))
+    fields = Fields(value, path, ("source_call_id", "content", "subagent_trajectory_ref", "extra"))
     result = ObservationResult(
-        source_call_id=fields.get("source_call_id", _str),
+        source_call_id=fields.get("source_call_id", string),
         content=fields.get("content", _content),
-        subagent_trajectory_ref=fields.get("subagent_trajectory_ref", _objects),
-        extra=fields.get("extra", _json_object),
+        subagent_trajectory_ref=fields.get("subagent_trajectory_ref", objects),
+        extra=fields.get("extra", json_object),
     )
     fields.done()
     return result
 
 
 def _observation(value: Any, path: str) -> Observation:
-    fields = _Fields(value, path, ("results",))
-    results = fields.need("results", lambda v, p: _list(v, p, _result))
+    fields = Fields(value, path, ("results",))
+    results = fields.need("results", lambda v, p: listed(v, p, _result))
     fields.done()
     return Observation(results=results)
 
 
 def _metrics(value: Any, path: str) -> StepMetrics:
     declared = ("prompt_tokens", "completion_tokens", "cached_tokens", "cost_usd")
-    fields = _Fields(
-        value, path, (*declared, "prompt_token_ids", "completion_token_ids", "logprobs", "extra")
-    )
+    fields = Fields(value, path, (*declared, "prompt_token_ids", "completion_token_ids", "logprobs", "extra"))
     metrics = StepMetrics(
-        prompt_tokens=fields.get("prompt_tokens", _count),
-        completion_tokens=fields.get("completion_tokens", _count),
-        cached_tokens=fields.get("cached_tokens", _count),
-        cost_usd=fields.get("cost_usd", _cost),
-        prompt_token_ids=fields.get("prompt_token_ids", _token_ids),
-        completion_token_ids=fields.get("completion_token_ids", _token_ids),
-        logprobs=fields.get("logprobs", _logprobs),
-        extra=fields.get("extra", _json_object),
+        prompt_tokens=fields.get("prompt_tokens", count),
+        completion_tokens=fields.get("completion_tokens", count),
+        cached_tokens=fields.get("cached_tokens", count),
+        cost_usd=fields.get("cost_usd", cost),
+        prompt_token_ids=fields.get("prompt_token_ids", token_ids),
+        completion_token_ids=fields.get("completion_token_ids", token_ids),
+        logprobs=fields.get("logprobs", logprobs),
+        extra=fields.get("extra", json_object),
     )
     fields.done()
     return metrics
@@ -266,14 +159,14 @@ def _metrics(value: Any, path: str) -> StepMetrics:
 
 def _final_metrics(value: Any, path: str) -> FinalMetrics:
     totals = ("total_prompt_tokens", "total_completion_tokens", "total_cached_tokens")
-    fields = _Fields(value, path, (*totals, "total_cost_usd", "total_steps", "extra"))
+    fields = Fields(value, path, (*totals, "total_cost_usd", "total_steps", "extra"))
     metrics = FinalMetrics(
-        total_prompt_tokens=fields.get("total_prompt_tokens", _count),
-        total_completion_tokens=fields.get("total_completion_tokens", _count),
-        total_cached_tokens=fields.get("total_cached_tokens", _count),
-        total_cost_usd=fields.get("total_cost_usd", _cost),
-        total_steps=fields.get("total_steps", _count),
-        extra=fields.get("extra", _json_object),
+        total_prompt_tokens=fields.get("total_prompt_tokens", count),
+        total_completion_tokens=fields.get("total_completion_tokens", count),
+        total_cached_tokens=fields.get("total_cached_tokens", count),
+        total_cost_usd=fields.get("total_cost_usd", cost),
+        total_steps=fields.get("total_steps", count),
+        extra=fields.get("extra", json_object),
     )
     fields.done()
     return metrics
@@ -284,7 +177,7 @@ def _effort(value: Any, path: str) -> str | float:
         return value
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ProfileError(path, "Input should be a valid string or number")
-    return _number(value, path)
+    return number(value, path)
 
 
 def _step_id(value: Any, path: str) -> int:
@@ -297,12 +190,12 @@ def _step_id(value: Any, path: str) -> int:
 
 def _source(value: Any, path: str) -> StepSource:
     if value not in _SOURCES:
-        raise ProfileError(path, f"Input should be {_choices(_SOURCES)}")
+        raise ProfileError(path, f"Input should be {choices(_SOURCES)}")
     return cast(StepSource, value)
 
 
 def _step(value: Any, path: str) -> Step:
-    fields = _Fields(
+    fields = Fields(
         value,
         path,
         (
@@ -326,15 +219,15 @@ def _step(value: Any, path: str) -> Step:
         source=fields.need("source", _source),
         message=fields.need("message", _content),
         timestamp=fields.get("timestamp", _timestamp),
-        model_name=fields.get("model_name", _str),
+        model_name=fields.get("model_name", string),
         reasoning_effort=fields.get("reasoning_effort", _effort),
-        reasoning_content=fields.get("reasoning_content", _str),
-        tool_calls=fields.get("tool_calls", lambda v, p: _list(v, p, _tool_call)),
+        reasoning_content=fields.get("reasoning_content", string),
+        tool_calls=fields.get("tool_calls", lambda v, p: listed(v, p, _tool_call)),
         observation=fields.get("observation", _observation),
         metrics=fields.get("metrics", _metrics),
-        llm_call_count=fields.get("llm_call_count", _count),
-        is_copied_context=fields.get("is_copied_context", _bool),
-        extra=fields.get("extra", _json_object),
+        llm_call_count=fields.get("llm_call_count", count),
+        is_copied_context=fields.get("is_copied_context", boolean),
+        extra=fields.get("extra", json_object),
     )
     fields.done()
     if step.source != "agent":
@@ -349,7 +242,7 @@ def _step(value: Any, path: str) -> Step:
 
 
 def _steps(value: Any, path: str) -> tuple[Step, ...]:
-    steps = _list(value, path, _step)
+    steps = listed(value, path, _step)
     if not steps:
         raise ProfileError(path, "List should have at least 1 item after validation, not 0")
     return steps
@@ -363,7 +256,7 @@ def _schema_version(value: Any, path: str) -> str:
 
 def parse_trajectory(document: Any) -> Trajectory:
     """The trajectory ``document`` (parsed JSON) describes, or :class:`ProfileError`."""
-    fields = _Fields(
+    fields = Fields(
         document,
         "",
         (
@@ -381,15 +274,15 @@ def parse_trajectory(document: Any) -> Trajectory:
     )
     trajectory = Trajectory(
         schema_version=fields.need("schema_version", _schema_version),
-        session_id=fields.get("session_id", _str),
-        trajectory_id=fields.get("trajectory_id", _str),
+        session_id=fields.get("session_id", string),
+        trajectory_id=fields.get("trajectory_id", string),
         agent=fields.need("agent", _agent),
         steps=fields.need("steps", _steps),
-        notes=fields.get("notes", _str),
+        notes=fields.get("notes", string),
         final_metrics=fields.get("final_metrics", _final_metrics),
-        continued_trajectory_ref=fields.get("continued_trajectory_ref", _str),
-        subagent_trajectories=fields.get("subagent_trajectories", _objects),
-        extra=fields.get("extra", _json_object),
+        continued_trajectory_ref=fields.get("continued_trajectory_ref", string),
+        subagent_trajectories=fields.get("subagent_trajectories", objects),
+        extra=fields.get("extra", json_object),
     )
     fields.done()
     for index, step in enumerate(trajectory.steps):

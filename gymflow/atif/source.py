@@ -16,11 +16,12 @@ from typing import Any
 from gymflow.atif import strict_json
 from gymflow.atif.content_hash import content_sha256
 from gymflow.atif.errors import AtifError
+from gymflow.atif.fields import ProfileError
 from gymflow.atif.inputs import index_materialized, read_materialized
 from gymflow.atif.manifest import ManifestEntry, read_manifest
 from gymflow.atif.model import Trajectory
 from gymflow.atif.paths import resolve_trajectory
-from gymflow.atif.profile import ProfileError, parse_trajectory
+from gymflow.atif.profile import parse_trajectory
 from gymflow.atif.projection import build_body
 from gymflow.atif.reading import read_bytes
 from gymflow.atif.shapes import check_supported

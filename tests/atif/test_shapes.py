@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from gymflow.atif.errors import AtifError
-from gymflow.atif.profile import ProfileError, parse_trajectory
+from gymflow.atif.fields import ProfileError
+from gymflow.atif.profile import parse_trajectory
 from gymflow.atif.projection import build_body
 from gymflow.atif.shapes import check_supported, reject_non_finite
 from gymflow.atif.strict_json import loads
