@@ -18,7 +18,16 @@ from gymflow.health._runner import (
     plan,
     report_dir_for,
 )
-from gymflow.health._vocabulary import CHECK_IDS, CheckId, CoverageState, Finding, Verdict
+from gymflow.health._vocabulary import (
+    CHECK_IDS,
+    CheckId,
+    CoverageState,
+    Finding,
+    QualitySummary,
+    TaskSummary,
+    Verdict,
+    VerdictRow,
+)
 
 __all__ = [
     "CHECK_IDS",
@@ -31,8 +40,11 @@ __all__ = [
     "HealthOutcome",
     "HealthPlan",
     "HealthReport",
+    "QualitySummary",
     "RangeResult",
+    "TaskSummary",
     "Verdict",
+    "VerdictRow",
     "build_report",
     "cache_key",
     "cached_outcome",

@@ -18,9 +18,8 @@ from gymflow.health._checks import failed_chains
 from gymflow.health._evidence import Evidence, transcript_usage
 from gymflow.health._predicates import is_failed, is_successful
 from gymflow.health._registry import ROLLOUT_CHECK_IDS, TRAJECTORY_CHECKS, finding
-from gymflow.health._vocabulary import CheckId, Finding
+from gymflow.health._vocabulary import CheckId, Finding, Identity
 
-Identity = int | str
 _ASCII_WHITESPACE = b" \t\n\r\x0b\x0c"
 _IDENTITY_FIELDS = ("_ng_task_index", "_ng_rollout_index", "stage_index")
 _TWO_POW_63 = 2**63

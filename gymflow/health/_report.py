@@ -8,20 +8,29 @@ from __future__ import annotations
 
 import json
 from collections import Counter, defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gymflow.health._evaluate import Identity, RowResult, RunStats
+from gymflow.health._evaluate import RowResult, RunStats
 from gymflow.health._registry import ROLLOUT_CHECK_IDS, TASK_CHECK_IDS
-from gymflow.health._vocabulary import CHECK_IDS, CheckId, CoverageState, Verdict
+from gymflow.health._vocabulary import (
+    CHECK_IDS,
+    CheckId,
+    CoverageState,
+    Identity,
+    QualitySummary,
+    TaskSummary,
+    Verdict,
+    VerdictRow,
+)
 
 
 @dataclass(frozen=True, slots=True)
 class HealthReport:
     """The outcome of one health run: the summary object and both files' bytes."""
 
-    summary: dict[str, Any]
+    summary: QualitySummary
     summary_bytes: bytes
     rows: list[RowResult]
     """The rows in report order."""
@@ -32,7 +41,7 @@ class HealthReport:
         encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
         batch: list[str] = []
         for row, verdict in zip(self.rows, self.verdicts, strict=True):
-            out: dict[str, Any] = {
+            out: VerdictRow = {
                 "_ng_task_index": row.task,
                 "_ng_rollout_index": row.rollout,
                 "rollout_id": row.rollout_id,
@@ -53,7 +62,7 @@ class HealthReport:
         return console_line(self.summary)
 
 
-def console_line(summary: dict[str, Any]) -> str:
+def console_line(summary: Mapping[str, Any]) -> str:
     """``Rollout health: N checked, ...`` (spec §7.3), from a summary alone."""
     run = summary["run"]
     counts = run["verdicts"]
@@ -92,7 +101,7 @@ def _mark_duplicates(rows: Sequence[RowResult]) -> None:
 
 def _task_entry(
     copies_by_rollout: dict[Identity, list[tuple[RowResult, Verdict]]], ignored: frozenset[str]
-) -> tuple[dict[str, Any], dict[CheckId, CoverageState]]:
+) -> tuple[TaskSummary, dict[CheckId, CoverageState]]:
     """A task's counts and flags, and each task check's coverage state."""
     repeats: list[tuple[Verdict, bool, int]] = []
     for copies in copies_by_rollout.values():
@@ -122,7 +131,7 @@ def _task_entry(
     else:
         coverage["task_no_successful_model_calls"] = "unobserved"
     counts = Counter(verdict for verdict, _, _ in repeats)
-    entry = {
+    entry: TaskSummary = {
         "repeats": len(repeats),
         "healthy": counts["healthy"],
         "unhealthy": counts["unhealthy"],
@@ -132,7 +141,7 @@ def _task_entry(
     return entry, coverage
 
 
-def build_report(rows: list[RowResult], ignored: tuple[str, ...], stats: RunStats) -> HealthReport:
+def build_report(rows: list[RowResult], ignored: tuple[CheckId, ...], stats: RunStats) -> HealthReport:
     """Reduce rows (in input order, already placed) to the summary and report bytes."""
     ignored_set = frozenset(ignored)
     if "rollout_duplicate_identity" not in ignored_set:
@@ -161,7 +170,7 @@ def build_report(rows: list[RowResult], ignored: tuple[str, ...], stats: RunStat
         by_task[row.task][row.rollout].append((row, verdict))
     int_tasks = sorted((t for t in by_task if isinstance(t, int)), key=str)
     str_tasks = sorted(t for t in by_task if isinstance(t, str))
-    tasks: dict[str, Any] = {}
+    tasks: dict[str, TaskSummary] = {}
     for task in int_tasks + str_tasks:
         entry, task_coverage = _task_entry(by_task[task], ignored_set)
         for check in TASK_CHECK_IDS:
@@ -170,7 +179,7 @@ def build_report(rows: list[RowResult], ignored: tuple[str, ...], stats: RunStat
             issues[flag] += 1
         tasks[str(task)] = entry  # an int and a str task with the same text share one key
 
-    summary = {
+    summary: QualitySummary = {
         "run": {
             "ignored_checks": sorted(ignored),
             "artifacts": {

@@ -29,7 +29,8 @@ COMMAND = "eval health-check"
 class HealthOutcome:
     """What a health run produced (or found up to date)."""
 
-    summary: dict[str, Any]
+    summary: Mapping[str, Any]
+    """``quality_summary.json`` as an object (a :class:`QualitySummary`)."""
     summary_url: str
     record_url: str
     up_to_date: bool

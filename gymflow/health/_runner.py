@@ -22,6 +22,7 @@ from gymflow.errors import InputError, UsageError
 from gymflow.health._evaluate import RowResult, RunStats, evaluate_line, is_blank
 from gymflow.health._registry import normalize_ignored
 from gymflow.health._report import HealthReport, build_report
+from gymflow.health._vocabulary import CheckId
 from gymflow.provenance import FileDigest
 
 Progress = Callable[[int], None]
@@ -55,7 +56,7 @@ class HealthPlan:
     paths: tuple[str, ...]
     ranges: tuple[ByteRange, ...]
     workers: int
-    ignored: tuple[str, ...]
+    ignored: tuple[CheckId, ...]
 
 
 def default_workers() -> int:
