@@ -53,7 +53,10 @@ def publish(
             description=f"{command}: inputs and their SHA-256",
         )
     for label, uri in uris.items():
-        create_link_artifact(uri, link_text=label, description=f"{command}: {label}")
+        slug = re.sub(r"[^a-z0-9]+", "-", label.lower()).strip("-")
+        create_link_artifact(
+            uri, link_text=label, key=f"{key}-link-{slug}"[:120], description=f"{command}: {label}"
+        )
 
 
 def record_inputs(record_url: str) -> list[provenance.FileDigest]:

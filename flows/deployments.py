@@ -37,7 +37,7 @@ def post_run(run: str, config: Sequence[str] = (), overrides: Sequence[str] = ()
     options = build_options(run, list(config), list(overrides), use_cache=True)
     result = post_flow(
         options=options,
-        runner=settings.runner,
+        step_runner=settings.runner,
         workers=options.health.workers or default_workers(),
         storage_options=storage.current_options(),
     )

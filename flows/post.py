@@ -95,7 +95,7 @@ def _markdown(summary: PipelineSummary) -> str:
 @flow(name="eval-post", log_prints=False, validate_parameters=False)
 def post_flow(
     options: PostOptions,
-    runner: RunnerConfig,
+    step_runner: RunnerConfig,
     workers: int,
     storage_options: dict[str, dict[str, Any]] | None = None,
 ) -> PostResult:
@@ -103,7 +103,7 @@ def post_flow(
     storage.configure(storage_options or {})
     lines: list[str] = []
     with tags("eval post", storage.name(options.run.rstrip("/"))):
-        summary = pipeline.run_post(options, FlowSteps(runner, workers), lines.append)
+        summary = pipeline.run_post(options, FlowSteps(step_runner, workers), lines.append)
     reports = {f"{step.name}: {label}": url for step in summary.steps for label, url in step.reports.items()}
     records = [url for url in reports.values() if storage.isfile(_record_of(url))]
     inputs = list({item.uri: item for url in records for item in record_inputs(_record_of(url))}.values())

@@ -183,9 +183,7 @@ def run_post(options: PostOptions, steps: Steps, echo: Echo) -> PipelineSummary:
         summary.steps.append(StepReport("aggregate", "skipped", lines=["no shards"]))
 
     if not storage.isfile(rollouts):
-        raise _NoRollouts(
-            f"no rollouts to check in {options.run}: {rollouts} does not exist and no shards matched"
-        )
+        raise _NoRollouts(f"no rollouts in {options.run}: {rollouts} does not exist and no shards matched")
 
     checked = rollouts
     if needs_join(rollouts):

@@ -38,3 +38,17 @@ def _stop_local_prefect_server() -> Iterator[None]:
         from gymflow.flows import _server
 
         _server.stop()
+
+
+@pytest.fixture(autouse=True)
+def _no_prefect_console_on_root() -> Iterator[None]:
+    """Once a test ran a flow in this process, Prefect's logging config has put a console handler
+    bound to that test's captured stderr on the root logger; a later test's warnings would then
+    hit a closed stream ("--- Logging error ---"). A command starts in a fresh process, so drop it."""
+    import logging
+
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        if type(handler).__module__.startswith("prefect."):
+            root.removeHandler(handler)
+    yield

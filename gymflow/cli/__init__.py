@@ -59,14 +59,21 @@ def build_parser() -> argparse.ArgumentParser:
     provenance_command.register(groups)
     ui_command.register(groups)
     serve_command.register(groups)
+    for group in groups.choices.values():
+        for action in _sub_commands(group):
+            action.required = False  # a group alone prints its help (see main)
     return parser
+
+
+def _sub_commands(parser: argparse.ArgumentParser) -> list[argparse._SubParsersAction]:  # type: ignore[type-arg]
+    return [action for action in parser._actions if isinstance(action, argparse._SubParsersAction)]
 
 
 def _selected_group(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
     """The parser of the group named on the command line (``gymflow eval``), else the top level."""
     group = getattr(args, "group", None)
-    for action in parser._actions:  # argparse keeps sub-parsers only here
-        if isinstance(action, argparse._SubParsersAction) and group in action.choices:
+    for action in _sub_commands(parser):
+        if group in action.choices:
             chosen: argparse.ArgumentParser = action.choices[group]
             return chosen
     return parser

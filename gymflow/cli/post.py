@@ -84,7 +84,7 @@ def build_options(
     from gymflow.cli.gym_config import load_gym_config
     from gymflow.health import normalize_ignored
 
-    config = load_gym_config(list(config_files), list(overrides))
+    config = load_gym_config(list(config_files), list(overrides), command_keys=("post", "reverify"))
     post: PostSection = _section(PostSection, config, "post")
     reverify: ReverifySection = _section(ReverifySection, config, "reverify")
     gym_config = {key: value for key, value in config.items() if key not in ("post", "reverify")}
@@ -191,7 +191,7 @@ def _run_flow(settings: Any, options: PostOptions, verbose: bool) -> tuple[Pipel
         post_flow,
         ThreadPoolTaskRunner(max_workers=1),
         options=options,
-        runner=settings.runner,
+        step_runner=settings.runner,
         workers=options.health.workers or default_workers(),
         storage_options=storage.current_options(),
     )
