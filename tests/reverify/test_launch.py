@@ -312,9 +312,48 @@ def test_cli_direct_launches_the_configured_server_and_stops_it(tmp_path: Path) 
         timeout=60,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+    console = result.stdout + result.stderr
+    assert f"Resources server 'mcqa' is up at http://127.0.0.1:{port}" in console
+    assert "Stopped resources server 'mcqa'" in console
     rows = [orjson.loads(line) for line in (tmp_path / "out" / "reverified.jsonl").read_bytes().splitlines()]
     rewards = {(r["_ng_task_index"], r["_ng_rollout_index"]): r["reward"] for r in rows}
     assert rewards == {(t, r): 0.0 if (t, r) == (1, 0) else 1.0 for t in range(3) for r in range(2)}
     assert port_is_free(port)
     leftovers = [p for p in psutil.process_iter(["cmdline"]) if str(port) in (p.info["cmdline"] or [])]
     assert leftovers == []
+
+
+@pytest.mark.skipif(
+    not CLI_READY, reason="gymflow/cli/reverify.py (the core helper's CLI) does not exist yet"
+)
+def test_cli_reports_a_server_that_does_not_start(tmp_path: Path) -> None:
+    import yaml
+
+    token = uuid.uuid4().hex
+    script = f"import time\nfor i in range(3): print('booting', i, flush=True)\ntime.sleep(30)  # {token}"
+    (tmp_path / "config.yaml").write_text(
+        yaml.safe_dump(command_config(command=[sys.executable, "-c", script]))
+    )
+    import orjson
+
+    from tests.reverify.server_process import mcqa_rows
+
+    materialized, rollouts = mcqa_rows(1, 1)  # one routed row: servers are started only for routed rows
+    (tmp_path / "inputs.jsonl").write_bytes(orjson.dumps(materialized[0]) + b"\n")
+    (tmp_path / "rollouts.jsonl").write_bytes(orjson.dumps(rollouts[0]) + b"\n")
+    gymflow = Path(sys.executable).parent / "gymflow"
+    command = [str(gymflow) if gymflow.is_file() else "gymflow", "eval", "reverify", "--direct"]
+    result = subprocess.run(
+        [*command, "--config", "config.yaml", "--inputs", "inputs.jsonl", "--rollouts", "rollouts.jsonl"]
+        + ["--output", "out.jsonl", "++server_start_timeout_s=1"],
+        cwd=tmp_path,
+        env=server_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    expected = "Error: resources server 'mcqa' did not start within 1 s; last log lines:\n"
+    assert expected + "booting 0\nbooting 1\nbooting 2" in result.stderr
+    assert not (tmp_path / "out.jsonl").exists()
+    assert wait_gone([p.pid for p in processes_with(token)], 5) == []
