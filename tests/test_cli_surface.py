@@ -52,6 +52,13 @@ def test_a_group_alone_prints_its_commands(capsys: pytest.CaptureFixture[str]) -
     assert "Work on the artifacts of an evaluation run." in out
 
 
+def test_every_group_alone_prints_its_help(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["provenance"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out.startswith("usage: gymflow provenance [-h] {show,verify} ...\n")
+    assert captured.err == ""
+
+
 def test_top_level_help_is_written_for_users(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
         main(["--help"])

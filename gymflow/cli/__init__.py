@@ -65,7 +65,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _sub_commands(parser: argparse.ArgumentParser) -> list[argparse._SubParsersAction]:  # type: ignore[type-arg]
+def _sub_commands(
+    parser: argparse.ArgumentParser,
+) -> list[argparse._SubParsersAction[argparse.ArgumentParser]]:
+    """The sub-command actions of ``parser`` (argparse keeps them only among its actions)."""
     return [action for action in parser._actions if isinstance(action, argparse._SubParsersAction)]
 
 
