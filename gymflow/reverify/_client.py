@@ -86,6 +86,21 @@ def _failure(
     )
 
 
+def _is_timeout(exc: BaseException) -> bool:
+    """Whether a transport failure is a timeout. httpx-aiohttp maps every aiohttp connection error
+    (refused, reset, dropped) to ``httpx.ConnectTimeout``: look at the aiohttp cause instead."""
+    if isinstance(exc, TimeoutError) and not isinstance(exc, httpx.TransportError):
+        return True
+    if not isinstance(exc, httpx.TimeoutException):
+        return False
+    cause = exc.__cause__
+    if cause is None or type(cause).__module__.split(".")[0] != "aiohttp":
+        return True
+    import aiohttp
+
+    return isinstance(cause, aiohttp.ServerTimeoutError | TimeoutError)
+
+
 async def _one(client: httpx.AsyncClient, request: Request, settings: ClientSettings) -> Result:
     last: Result = _failure("verify_connection_error", "NoAttempt", "no attempt made", None, None, 0)
     for attempt in range(1, settings.max_attempts + 1):
@@ -93,24 +108,25 @@ async def _one(client: httpx.AsyncClient, request: Request, settings: ClientSett
         try:
             async with asyncio.timeout(settings.timeout_s):
                 response = await client.post(request.url, content=request.content, headers=_HEADERS)
-        except (TimeoutError, httpx.TimeoutException) as exc:
-            last = _failure(
-                "verify_timeout",
-                type(exc).__name__,
-                f"POST {request.url} gave no answer within {settings.timeout_s:g} s",
-                None,
-                None,
-                attempt,
-            )
-        except httpx.TransportError as exc:
-            last = _failure(
-                "verify_connection_error",
-                type(exc).__name__,
-                f"POST {request.url} failed: {exc or type(exc).__name__}",
-                None,
-                None,
-                attempt,
-            )
+        except (TimeoutError, httpx.TransportError) as exc:
+            if _is_timeout(exc):
+                last = _failure(
+                    "verify_timeout",
+                    type(exc).__name__,
+                    f"POST {request.url} gave no answer within {settings.timeout_s:g} s",
+                    None,
+                    None,
+                    attempt,
+                )
+            else:
+                last = _failure(
+                    "verify_connection_error",
+                    "ConnectError" if isinstance(exc, httpx.ConnectTimeout) else type(exc).__name__,
+                    f"POST {request.url} failed: {exc or type(exc).__name__}",
+                    None,
+                    None,
+                    attempt,
+                )
         else:
             status = response.status_code
             if 200 <= status < 300:
