@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gymflow import storage
 from gymflow.atif import strict_json
 from gymflow.atif.content_hash import content_sha256
 from gymflow.atif.errors import AtifError
@@ -21,6 +22,7 @@ from gymflow.atif.inputs import index_materialized, read_materialized
 from gymflow.atif.manifest import ManifestEntry, read_manifest
 from gymflow.atif.model import Trajectory
 from gymflow.atif.paths import resolve_trajectory
+from gymflow.atif.prefetch import fetched_in_order
 from gymflow.atif.profile import parse_trajectory
 from gymflow.atif.projection import build_body
 from gymflow.atif.reading import read_bytes
@@ -28,6 +30,8 @@ from gymflow.atif.shapes import check_supported
 from gymflow.reverify.items import Item
 
 PROVENANCE_KEY = "_ng_atif_provenance"
+REMOTE_READERS = 8
+"""Trajectory reads kept in flight when the manifest is on an object store."""
 
 
 @dataclass(frozen=True)
@@ -45,7 +49,11 @@ class LoadedTrajectory:
 
 def load_trajectory(path: str) -> LoadedTrajectory:
     """Read and check the trajectory at ``path`` (§3.4 step 1)."""
-    data = read_bytes(path, "ATIF trajectory")
+    return check_trajectory(path, read_bytes(path, "ATIF trajectory"))
+
+
+def check_trajectory(path: str, data: bytes) -> LoadedTrajectory:
+    """Parse and check the bytes ``data`` read from ``path`` (§3.4 step 1, after reading)."""
     try:
         document = strict_json.loads(data)
         trajectory = parse_trajectory(document)
@@ -145,10 +153,16 @@ def atif_items(
     materialized = index_materialized(rows)
     batch = _Batch()
     items: list[Item] = []
-    for entry in entries:
-        batch.claim_key(entry)
+
+    def fetch(entry: ManifestEntry) -> tuple[str, bytes]:
         path = resolve_trajectory(manifest, entry, allow_outside=allow_outside_manifest)
-        loaded = load_trajectory(path)
+        return path, read_bytes(path, "ATIF trajectory")
+
+    workers = 0 if storage.is_local(manifest) else REMOTE_READERS
+    for entry, fetched in fetched_in_order(entries, fetch, workers=workers):
+        batch.claim_key(entry)
+        path, data = fetched()
+        loaded = check_trajectory(path, data)
         if entry.expected_sha256 is not None and loaded.sha256 != entry.expected_sha256:
             raise AtifError(
                 f"ATIF source hash mismatch for {path}: expected {entry.expected_sha256}, got {loaded.sha256}"

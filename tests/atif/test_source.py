@@ -391,3 +391,65 @@ def test_manifest_and_trajectories_on_s3(s3_bucket: str, tmp_path: Path) -> None
         warn=warnings.append,
     )
     assert allowed[0].body["_ng_atif_provenance"]["source_sha256"] == pin
+
+
+def test_s3_reads_ahead_but_reports_in_manifest_order(s3_bucket: str) -> None:
+    from gymflow import storage
+
+    base = f"{s3_bucket}/run"
+    storage.write_atomic(
+        f"{base}/inputs.jsonl", "".join(dumps(materialized_row(t, 0)) + "\n" for t in range(6)).encode()
+    )
+    for task in range(6):
+        if task != 4:
+            storage.write_atomic(
+                f"{base}/t{task}.json", dumps(text_trajectory(trajectory_id=f"t{task}")).encode()
+            )
+
+    def run(rows: list[Any]) -> list[Item]:
+        storage.write_atomic(f"{base}/m.jsonl", "".join(dumps(r) + "\n" for r in rows).encode())
+        return atif_items(
+            f"{base}/m.jsonl", f"{base}/inputs.jsonl", limit=None, allow_outside_manifest=False, warn=print
+        )
+
+    assert [i.key for i in run([manifest_row(f"t{t}.json", t, 0) for t in (3, 0, 2, 1)])] == [
+        (3, 0),
+        (0, 0),
+        (2, 0),
+        (1, 0),
+    ]
+    with pytest.raises(AtifError) as caught:
+        run([manifest_row(f"t{t}.json", t, 0) for t in range(6)])
+    assert str(caught.value).startswith(f"could not read ATIF trajectory {base}/t4.json: ")
+    storage.write_atomic(f"{base}/t1.json", b"{")
+    with pytest.raises(AtifError) as caught:
+        run([manifest_row(f"t{t}.json", t, 0) for t in range(6)])
+    assert str(caught.value).startswith(f"invalid ATIF trajectory {base}/t1.json: ")
+    with pytest.raises(AtifError) as caught:
+        run([manifest_row("t0.json", 0, 0), manifest_row("t4.json", 0, 0)])
+    assert str(caught.value) == "manifest maps materialized rollout (0, 0) more than once"
+
+
+def test_prefetch_keeps_order_and_defers_errors() -> None:
+    import random
+    import time
+
+    from gymflow.atif.manifest import ManifestEntry
+    from gymflow.atif.prefetch import fetched_in_order
+
+    entries = [
+        ManifestEntry(row=i + 1, trajectory_path=f"t{i}", task=i, rollout=0, expected_sha256=None)
+        for i in range(40)
+    ]
+
+    def fetch(entry: ManifestEntry) -> tuple[str, bytes]:
+        time.sleep(random.random() / 200)
+        if entry.task == 30:
+            raise AtifError("boom 30")
+        return entry.trajectory_path, b""
+
+    seen = []
+    with pytest.raises(AtifError, match="boom 30"):
+        for entry, outcome in fetched_in_order(entries, fetch, workers=4, window=8):
+            seen.append((entry.trajectory_path, outcome()[0]))
+    assert seen == [(f"t{i}", f"t{i}") for i in range(30)]
