@@ -437,15 +437,15 @@ def _open_plan(
     )
     if options.resume_from_cache or options.append:
         _stage_existing(paths)
+    unmatched = selection.unmatched
+    if options.resume_from_cache:
+        unmatched = _resume(plan, unmatched, echo, warn)
     plan.files = _open(paths)
     if options.judge_failed_only:
         echo(TWO_SOURCES)
         assert options.rollouts_jsonl_fpath is not None
         _seed(plan, options.rollouts_jsonl_fpath, echo)
     _report_duplicates(selection, source, echo)
-    unmatched = selection.unmatched
-    if options.resume_from_cache:
-        unmatched = _resume(plan, unmatched, echo, warn)
     tally.selected = len(plan.work) + tally.skipped_by_resume
     for row in unmatched:
         plan.append("sidecar", orjson.dumps(row) + b"\n")
