@@ -40,11 +40,9 @@ class LoadedTrajectory:
 
     path: str
     data: bytes
+    sha256: str
+    """Hex SHA-256 of ``data``: the ``source_sha256`` of ``_ng_atif_provenance``."""
     trajectory: Trajectory
-
-    @property
-    def sha256(self) -> str:
-        return hashlib.sha256(self.data).hexdigest()
 
 
 def load_trajectory(path: str) -> LoadedTrajectory:
@@ -60,7 +58,9 @@ def check_trajectory(path: str, data: bytes) -> LoadedTrajectory:
     except (ValueError, ProfileError) as exc:
         raise AtifError(f"invalid ATIF trajectory {path}: {exc}") from exc
     check_supported(trajectory, document)
-    return LoadedTrajectory(path=path, data=data, trajectory=trajectory)
+    return LoadedTrajectory(
+        path=path, data=data, sha256=hashlib.sha256(data).hexdigest(), trajectory=trajectory
+    )
 
 
 def _check_declared_source(trajectory: Trajectory, key: tuple[int, int]) -> None:
