@@ -42,7 +42,7 @@ def _local(manifest: str, entry: ManifestEntry, allow_outside: bool) -> str:
                 manifest,
                 entry,
                 f"resolves outside the manifest directory {base} (to {resolved}); "
-                "set allow_outside_manifest=true to read it",
+                "pass --allow-outside-manifest to read it",
             )
     return resolved
 

@@ -318,7 +318,7 @@ def test_path_escapes_are_refused(run: Run) -> None:
     run.write_manifest([], raw="\n" + dumps(manifest_row("../outside.json")) + "\n")
     assert run.error() == (
         f"ATIF manifest row 2 in {run.manifest}: trajectory_path '../outside.json' resolves outside "
-        f"the manifest directory {base} (to {outside}); set allow_outside_manifest=true to read it"
+        f"the manifest directory {base} (to {outside}); pass --allow-outside-manifest to read it"
     )
     run.write_manifest([manifest_row(str(outside))])
     assert f"trajectory_path '{outside}' resolves outside the manifest directory" in run.error()
