@@ -258,6 +258,22 @@ def test_resume_refuses_rows_without_a_content_key(relay: Relay, resources_serve
     assert resources_server.log("/verify") == []
 
 
+def test_path_outside_the_manifest_directory(relay: Relay, resources_server: ServerProcess) -> None:
+    outside = write_json(relay.root / "elsewhere.json", text_trajectory("\\boxed{A}", trajectory_id="x"))
+    relay.write_manifest(rows=[manifest_row("../elsewhere.json", 0, 0)])
+    refused = relay.run()
+    assert refused.returncode == 1
+    assert (
+        f"Error: ATIF manifest row 1 in {relay.manifest}: trajectory_path '../elsewhere.json' resolves"
+        in (refused.stderr)
+    )
+    assert relay.outputs() == [] and resources_server.log() == []
+    allowed = relay.run("--allow-outside-manifest")
+    assert allowed.returncode == 0, allowed.stderr
+    [row] = read_rows(relay.output)
+    assert row["_ng_atif_provenance"]["source_sha256"] == sha256_file(outside)
+
+
 def test_resume_after_kill_9(relay: Relay, resources_server: ServerProcess) -> None:
     """The core appends results per batch of 1000 rows: kill the run while the second batch waits on a
     hanging key, then ``--resume`` verifies only what the output does not hold yet."""
