@@ -47,6 +47,7 @@ DEFAULT_WAIT_S = 5.0
 DEFAULT_LEASE_S = 60.0
 WAIT_ENV = "GYMFLOW_LOCK_WAIT"
 _POLL_S = 0.1
+RELEASE_WAIT_S = 3.0
 _PARTS = re.compile(r"^\.(?P<name>.+)\.parts-[0-9a-f]{12}$")
 
 Warn = Callable[[str], None]
@@ -278,9 +279,9 @@ def _acquire_remote(
         exists, current = _read_remote(fs, key)
         if not exists:
             continue  # released meanwhile
-        if current is None or (current.expires is not None and current.expires < time.time()):
+        if current is None or _lease_stale(current):
             who = current.describe() if current is not None else "an unreadable lease"
-            warn(f"took over the expired lease of {who} (lock {path})")
+            warn(f"took over the stale lease of {who} (lock {path})")
             with suppress(Exception):
                 fs.rm_file(key)
             continue
@@ -305,14 +306,35 @@ def _acquire_remote(
     thread = threading.Thread(target=renew, name="gymflow-lease", daemon=True)
     thread.start()
 
-    def release() -> None:
-        stop.set()
+    def remove() -> None:
         with suppress(Exception):
             _, current = _read_remote(fs, key)
             if current is not None and current.run_id == holder.run_id:
                 fs.rm_file(key)
 
+    def release() -> None:
+        # Bounded: a store that stopped answering must not hold the run up; the lease then
+        # expires (or is seen as stale on this host) and the next run takes it over.
+        stop.set()
+        remover = threading.Thread(target=remove, name="gymflow-lease-release", daemon=True)
+        remover.start()
+        remover.join(RELEASE_WAIT_S)
+
     return release
+
+
+def _lease_stale(holder: Holder) -> bool:
+    """Expired, or held by a process of this host that no longer runs."""
+    if holder.expires is not None and holder.expires < time.time():
+        return True
+    if holder.host == socket.gethostname() and holder.pid != os.getpid():
+        try:
+            os.kill(holder.pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+    return False
 
 
 def _read_remote(fs: Any, key: str) -> tuple[bool, Holder | None]:

@@ -145,7 +145,7 @@ def filesystem(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
     with _guard(url, "open filesystem for"):
         fs, path = url_to_fs(url, **options)
     if retries is not None and hasattr(fs, "retries"):
-        fs.retries = retries
+        fs.retries = 1  # botocore retries (standard mode, with backoff): attempts do not multiply
     return fs, cast(str, path)
 
 
@@ -164,9 +164,11 @@ _TIMEOUT_KEYS = ("connect_timeout", "read_timeout", "retries")
 def _with_timeouts(protocol: str, options: dict[str, Any]) -> tuple[dict[str, Any], int | None]:
     """S3 options with gymflow's bounded timeouts and retries filled in (the user's win).
 
-    ``connect_timeout``, ``read_timeout`` and ``retries`` may be given as plain storage options;
-    they become botocore's ``config_kwargs`` (and s3fs' own retry count), so no request can hang
-    longer than ``retries`` x (``connect_timeout`` + ``read_timeout``) plus backoff.
+    ``connect_timeout``, ``read_timeout`` and ``retries`` (total attempts) may be given as plain
+    storage options; they become botocore's ``config_kwargs`` (standard retry mode: transient
+    errors, throttling and 5xx answers are retried with backoff; s3fs' own loop then makes one
+    attempt), so no request hangs longer than ``retries`` x (``connect_timeout`` +
+    ``read_timeout``) plus backoff.
     """
     if protocol not in ("s3", "s3a"):
         return options, None
@@ -293,8 +295,8 @@ def _explain(exc: BaseException) -> str:
         return f"the storage endpoint did not answer in time ({detail})"
     if names & set(_CONNECT_ERRORS) or "Could not connect" in text:
         return f"the storage endpoint cannot be reached ({detail})"
-    if isinstance(exc, PermissionError):
-        return f"access denied ({detail})"
+    if isinstance(exc, PermissionError) or "AccessDenied" in text:
+        return f"access denied: check the credentials and their permissions ({detail})"
     return detail
 
 
@@ -309,7 +311,18 @@ def _probe(url: str, local_check: Callable[[str], bool], method: str) -> bool:
     with _guard(url, "check"):
         # Another process may have written since this client last listed the prefix.
         fs.invalidate_cache(path)
-        return bool(getattr(fs, method)(path))
+        # fsspec's exists/isfile/isdir answer False on *any* failure (an endpoint that is down,
+        # refused credentials): ask for the entry itself, so only "not found" means False.
+        try:
+            info = fs.info(path)
+        except FileNotFoundError:
+            return False
+        kind = info.get("type")
+        if method == "isfile":
+            return bool(kind == "file")
+        if method == "isdir":
+            return bool(kind == "directory")
+        return True
 
 
 def exists(url: str) -> bool:

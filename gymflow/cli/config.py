@@ -28,7 +28,13 @@ def load_config(overrides: Sequence[str] = ()) -> GymflowConfig:
         path = Path(user_file)
         if not path.is_file():
             raise UsageError(f"{USER_CONFIG_ENV} names no file: {user_file}")
-        merged = OmegaConf.merge(cfg, OmegaConf.load(path))
+        # The packaged defaults leave open maps (storage.options) that users fill in: merge
+        # without Hydra's struct mode; the model below still rejects unknown keys.
+        OmegaConf.set_struct(cfg, False)
+        try:
+            merged = OmegaConf.merge(cfg, OmegaConf.load(path))
+        except Exception as exc:  # noqa: BLE001 - YAML or merge errors: one line, no traceback
+            raise UsageError(f"{USER_CONFIG_ENV} {user_file}: {' '.join(str(exc).split())}") from None
     else:
         merged = cfg
     data: Any = OmegaConf.to_container(merged, resolve=True)
