@@ -1,0 +1,53 @@
+"""The README's test command is what ``.ci/run`` runs, with the gate of ``.pre-commit-config.yaml``
+(ruff check, ruff format, mypy through ``.ci/typecheck``) between install and tests."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _readme_test_command() -> str:
+    readme = (REPO / "README.md").read_text()
+    section = readme.split("## The two commands", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```bash\n(.*?)\n```", section, re.S)
+    assert len(blocks) == 2, "the README keeps exactly two commands"
+    return str(blocks[1])
+
+
+def _ci_steps() -> list[str]:
+    lines = (REPO / ".ci" / "run").read_text().splitlines()
+    return [
+        line for line in lines if line and not line.startswith("#") and not line.startswith(("set ", "cd "))
+    ]
+
+
+def test_ci_runs_the_readme_test_command_around_the_gate() -> None:
+    install, tests = (part.strip() for part in _readme_test_command().split("&&"))
+    assert install == "pip install -c constraints.txt -e '.[test]'"
+    assert _ci_steps() == [install, "ruff check .", "ruff format --check .", ".ci/typecheck", tests]
+
+
+def test_pre_commit_runs_the_same_gate_with_the_environments_tools() -> None:
+    config = yaml.safe_load((REPO / ".pre-commit-config.yaml").read_text())
+    (repo,) = config["repos"]
+    assert repo["repo"] == "local"
+    entries = {hook["id"]: hook["entry"] for hook in repo["hooks"]}
+    assert entries == {
+        "ruff-check": "ruff check --force-exclude",
+        "ruff-format": "ruff format --force-exclude",
+        "mypy": ".ci/typecheck",
+    }
+    assert {hook["language"] for hook in repo["hooks"]} == {"unsupported"}
+
+
+def test_constraints_pin_every_package_of_the_test_install() -> None:
+    lines = [line for line in (REPO / "constraints.txt").read_text().splitlines() if not line.startswith("#")]
+    assert lines and all(re.fullmatch(r"[A-Za-z0-9._-]+==[^=\s]+", line) for line in lines)
+    pinned = {re.sub(r"[-_.]+", "-", line.split("==")[0]).lower() for line in lines}
+    assert {"prefect", "pytest", "ruff", "mypy", "numpy", "scipy", "pre-commit", "moto"} <= pinned
+    assert "gymflow" not in pinned
