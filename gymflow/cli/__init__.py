@@ -22,6 +22,8 @@ examples:
   gymflow eval health-check results/run             check every rollout of a run
   gymflow eval join results/run                     project captured model calls into trajectories
   gymflow eval aggregate -i 'results/shard-*.jsonl' -o results/rollouts.jsonl
+  gymflow eval reverify --config gym.yaml --rollouts results/rollouts.jsonl
+  gymflow eval post results/run                     every step the run's files call for
   gymflow provenance verify results/run/quality_summary.json
 
 Run 'gymflow eval COMMAND --help' for a command's options."""
