@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import re
+import tomllib
 from pathlib import Path
 
 import yaml
@@ -49,5 +50,8 @@ def test_constraints_pin_every_package_of_the_test_install() -> None:
     lines = [line for line in (REPO / "constraints.txt").read_text().splitlines() if not line.startswith("#")]
     assert lines and all(re.fullmatch(r"[A-Za-z0-9._-]+==[^=\s]+", line) for line in lines)
     pinned = {re.sub(r"[-_.]+", "-", line.split("==")[0]).lower() for line in lines}
-    assert {"prefect", "pytest", "ruff", "mypy", "numpy", "scipy", "pre-commit", "moto"} <= pinned
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    declared = [*project["dependencies"], *project["optional-dependencies"]["test"]]
+    names = {re.sub(r"[-_.]+", "-", re.split(r"[\[<>=!~ ]", item, 1)[0]).lower() for item in declared}
+    assert names - pinned == set(), "re-resolve constraints.txt after changing pyproject's dependencies"
     assert "gymflow" not in pinned
