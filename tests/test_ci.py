@@ -52,6 +52,8 @@ def test_constraints_pin_every_package_of_the_test_install() -> None:
     pinned = {re.sub(r"[-_.]+", "-", line.split("==")[0]).lower() for line in lines}
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     declared = [*project["dependencies"], *project["optional-dependencies"]["test"]]
-    names = {re.sub(r"[-_.]+", "-", re.split(r"[\[<>=!~ ]", item, 1)[0]).lower() for item in declared}
+    names = {
+        re.sub(r"[-_.]+", "-", re.split(r"[\[<>=!~ ]", item, maxsplit=1)[0]).lower() for item in declared
+    }
     assert names - pinned == set(), "re-resolve constraints.txt after changing pyproject's dependencies"
     assert "gymflow" not in pinned
