@@ -65,3 +65,25 @@ def test_two_health_checks_with_different_parameters_never_leave_a_mix(tmp_path:
         assert not list(run_dir.glob(".*.tmp")) and not list(run_dir.glob(".*.lock"))
     if wait == "30":
         assert refused == 0  # the second run waited for the first and then ran in full
+
+
+def test_two_aggregates_into_one_output_never_leave_a_mix(tmp_path: Path) -> None:
+    shards = tmp_path / "shards"
+    write_rows(shards / "s0.jsonl", health_rows(300))
+    out = tmp_path / "out" / "merged.jsonl"
+    base = ["eval", "aggregate", "-i", f"{shards}/*.jsonl", "-o", str(out), "--direct", "--no-health-check"]
+    variants = [[*base, "--no-cache"], [*base, "--no-cache", "pass_majority={score_field: reward}"]]
+    for wait in ("0", "30"):
+        processes = [start(args, env=env(GYMFLOW_LOCK_WAIT=wait)) for args in variants]
+        outputs = [p.communicate(timeout=60) for p in processes]
+        results = [(p.returncode, err.decode()) for p, (_, err) in zip(processes, outputs, strict=True)]
+        assert any(code == 0 for code, _ in results)
+        for code, err in results:
+            assert "Traceback" not in err
+            if code != 0:
+                assert "is writing these outputs" in err.strip().splitlines()[-1]
+        record_url = str(out.parent / "merged.provenance.json")
+        assert all(check.status == "ok" for check in provenance.verify(record_url))
+        record = json.loads(Path(record_url).read_text())
+        metrics = (out.parent / "merged_aggregate_metrics.json").read_text()
+        assert (record["parameters"]["pass_majority"] is not None) == ("pass@" in metrics)
