@@ -15,7 +15,7 @@ import pytest
 from gymflow import provenance
 from tests.reliability.helpers import env, health_rows, start, write_rows
 
-REPEATS = 6
+REPEATS = 10
 
 
 def _consistent(run_dir: Path) -> tuple[bool, str]:
