@@ -27,6 +27,7 @@ import argparse
 import asyncio
 import hashlib
 import os
+import resource
 import shutil
 import sys
 import tempfile
@@ -59,6 +60,8 @@ class Run:
     wall_s: float
     loop_s: float | None
     peak_tree_rss: int
+    cpu_s: float
+    """User + system CPU of the command and its reaped descendants."""
     returncode: int
     written: int
     stdout: str
@@ -131,12 +134,14 @@ async def _bare(url: str, bodies: Sequence[bytes], concurrency: int) -> tuple[fl
         return time.perf_counter() - began, failures
 
 
-def bare_client(url: str, bodies: Sequence[bytes], concurrency: int) -> float:
-    """Requests per second of a plain aiohttp client over ``bodies``."""
+def bare_client(url: str, bodies: Sequence[bytes], concurrency: int) -> tuple[float, float]:
+    """Requests per second of a plain aiohttp client over ``bodies``, and its CPU milliseconds per request."""
+    cpu = time.process_time()
     seconds, failures = asyncio.run(_bare(url, bodies, concurrency))
+    cpu = time.process_time() - cpu
     if failures:
         raise RuntimeError(f"bare client: {failures} of {len(bodies)} requests failed")
-    return len(bodies) / seconds
+    return len(bodies) / seconds, cpu * 1000 / len(bodies)
 
 
 def core_client(url: str, bodies: Sequence[bytes]) -> float | None:
@@ -202,6 +207,7 @@ def run_gymflow(
     last_growth: float | None = None
     last_size = 0
     peak = 0
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     with open(out_dir / "stdout.txt", "wb") as out, open(out_dir / "stderr.txt", "wb") as err:
         began = time.perf_counter()
         process = psutil.Popen(command, stdout=out, stderr=err, env=env, cwd=out_dir)
@@ -236,13 +242,15 @@ def run_gymflow(
                     pass
             peak = max(peak, total)
         wall = time.perf_counter() - began
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_s = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     loop = last_growth - first_growth if first_growth is not None and last_growth is not None else None
     stdout = (out_dir / "stdout.txt").read_text(errors="replace")
     stderr = (out_dir / "stderr.txt").read_text(errors="replace")
-    return Run(label, rows, wall, loop, peak, returncode, _count_lines(output), stdout, stderr)
+    return Run(label, rows, wall, loop, peak, cpu_s, returncode, _count_lines(output), stdout, stderr)
 
 
-def _report(run: Run, bare_rps: float) -> None:
+def _report(run: Run, bare_rps: float, bare_cpu_ms: float) -> None:
     if not run.ok:
         last = [line for line in (run.stderr + run.stdout).splitlines() if line.strip()][-5:]
         print(f"{run.label}: FAILED (exit {run.returncode}, {run.written} of {run.rows} rows written)")
@@ -252,7 +260,8 @@ def _report(run: Run, bare_rps: float) -> None:
     print(
         f"{run.label}: {run.rows} rows, wall {run.wall_s:.2f} s = {run.rows_per_s():.0f} rows/s "
         f"(ratio {run.rows_per_s() / bare_rps:.2f}); in-loop {run.loop_s or 0:.2f} s = {loop_rps:.0f} rows/s "
-        f"(ratio {loop_rps / bare_rps:.2f}); peak tree RSS {run.peak_tree_rss / 2**20:.0f} MB",
+        f"(ratio {loop_rps / bare_rps:.2f}); peak tree RSS {run.peak_tree_rss / 2**20:.0f} MB; "
+        f"CPU {run.cpu_s * 1000 / run.rows:.2f} ms/row (bare {bare_cpu_ms:.2f} ms/request)",
         flush=True,
     )
 
@@ -285,9 +294,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"server: {server.url}, {workers} uvicorn workers (uvloop, httptools), {latency:g} ms per /verify"
         )
         bare_client(server.url, bodies[:1000], args.concurrency)  # warm-up
-        bare_before = bare_client(server.url, bodies, args.concurrency)
+        bare_before, bare_cpu_ms = bare_client(server.url, bodies, args.concurrency)
         print(
-            f"bare aiohttp: {len(bodies)} requests at concurrency {args.concurrency}: {bare_before:.0f} req/s"
+            f"bare aiohttp: {len(bodies)} requests at concurrency {args.concurrency}: "
+            f"{bare_before:.0f} req/s, client CPU {bare_cpu_ms:.2f} ms/request"
         )
         if args.bare_only:
             return 0
@@ -300,7 +310,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         extra = ["--concurrency", str(args.concurrency)] if args.concurrency_flag else []
         runs = [run_gymflow("gymflow --direct (large)", large, config, work, direct=True, extra=extra)]
-        bare_after = bare_client(server.url, bodies, args.concurrency)
+        bare_after, bare_cpu_after = bare_client(server.url, bodies, args.concurrency)
+        bare_cpu_ms = min(bare_cpu_ms, bare_cpu_after)
         del bodies
         bare_rps = max(bare_before, bare_after)
         print(
@@ -311,12 +322,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             corpus = large if args.prefect else small
             runs.append(run_gymflow("gymflow Prefect", corpus, config, work, direct=False, extra=extra))
         for run in runs:
-            _report(run, bare_rps)
+            _report(run, bare_rps, bare_cpu_ms)
         direct = runs[0]
         if direct.ok:
             wall_ratio = direct.rows_per_s() / bare_rps
             loop_ratio = direct.rows_per_s(loop=True) / bare_rps
             print(f"ratio = {wall_ratio:.2f} (wall), {loop_ratio:.2f} (in-loop); target >= 0.8")
+            cpu_ratio = bare_cpu_ms / (direct.cpu_s * 1000 / direct.rows)
+            print(
+                f"CPU ratio = bare ms/request / gymflow ms/row = {cpu_ratio:.2f} "
+                "(what the wall ratio tends to when the client is CPU-bound)"
+            )
             small_mb, large_mb = runs[1].peak_tree_rss / 2**20, direct.peak_tree_rss / 2**20
             print(
                 f"peak RSS: {small_mb:.0f} MB at {runs[1].rows} rows, "
