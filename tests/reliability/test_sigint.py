@@ -25,17 +25,15 @@ from tests.reliability.helpers import (
 DEADLINE_S = 5.0
 
 
-def _interrupt(
-    args: list[str], ready_after: float | None, expect_workers: int, timeout: float
-) -> tuple[str, float]:
+def _interrupt(args: list[str], expect_workers: int, timeout: float) -> tuple[str, float]:
+    """Ctrl-C once the command's workers run; its stderr and how long it took to exit."""
     process = start(args)
     handle = psutil.Process(process.pid)
 
     def workers() -> bool:
         try:
-            return (
-                sum("multiprocessing" in " ".join(c.cmdline()) for c in handle.children()) >= expect_workers
-            )
+            found = sum("multiprocessing" in " ".join(c.cmdline()) for c in handle.children())
+            return found >= expect_workers
         except psutil.Error:
             return False
 
