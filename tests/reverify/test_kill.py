@@ -1,0 +1,91 @@
+"""kill -9 in the middle of a 5,000-row run, then --resume: every row exactly once, same aggregate."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.reverify.cases import read_jsonl, write_jsonl
+from tests.reverify.server_process import REPO_ROOT, ServerProcess, mcqa_rows, server_env, write_gym_config
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _command(config: Path, root: Path, output: Path, *extra: str) -> list[str]:
+    return [
+        sys.executable, "-m", "gymflow.cli", "eval", "reverify", "--direct",
+        "--config", str(config),
+        "--inputs", str(root / "inputs.jsonl"),
+        "--rollouts", str(root / "rollouts.jsonl"),
+        "--output", str(output),
+        *extra,
+    ]  # fmt: skip
+
+
+def test_kill_9_then_resume(tmp_path: Path, start_resources_server: Callable[..., ServerProcess]) -> None:
+    server = start_resources_server(latency_ms=3, no_log=True)
+    materialized, rollouts = mcqa_rows(2500, 2, wrong=[(t, 0) for t in range(0, 2500, 7)])
+    write_jsonl(tmp_path / "inputs.jsonl", materialized)
+    write_jsonl(tmp_path / "rollouts.jsonl", rollouts)
+    config = write_gym_config(tmp_path / "cfg.yaml", {"mcqa": server})
+    env = {**server_env(), "CI": "1"}
+    output = tmp_path / "out.jsonl"
+
+    log = tmp_path / "child.log"
+    with open(log, "wb") as sink:
+        child = subprocess.Popen(
+            _command(config, tmp_path, output),
+            cwd=REPO_ROOT,
+            env=env,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    deadline = time.monotonic() + 60
+    try:
+        while time.monotonic() < deadline:
+            if (
+                output.exists()
+                and output.stat().st_size > 0
+                and len(output.read_bytes().splitlines()) >= 1000
+            ):
+                break
+            assert child.poll() is None, log.read_text()
+            time.sleep(0.02)
+    finally:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait(10)
+    partial = len(read_jsonl(output))
+    assert 1000 <= partial < 5000
+    assert not (tmp_path / "out_aggregate_metrics.json").exists()
+
+    resumed = subprocess.run(
+        _command(config, tmp_path, output, "--resume"),
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        timeout=90,
+    )
+    assert resumed.returncode == 0, resumed.stderr.decode()
+    assert f"- {partial} rows already done (in main jsonl)".encode() in resumed.stdout
+    rows = read_jsonl(output)
+    keys = [(r["_ng_task_index"], r["_ng_rollout_index"]) for r in rows]
+    assert keys == sorted({(r["_ng_task_index"], r["_ng_rollout_index"]) for r in rollouts})
+    assert (tmp_path / "out_failures.jsonl").read_bytes() == b""
+
+    clean = tmp_path / "clean.jsonl"
+    again = subprocess.run(
+        _command(config, tmp_path, clean), cwd=REPO_ROOT, env=env, capture_output=True, timeout=90
+    )
+    assert again.returncode == 0, again.stderr.decode()
+    assert (tmp_path / "out_aggregate_metrics.json").read_bytes() == (
+        tmp_path / "clean_aggregate_metrics.json"
+    ).read_bytes()
+    assert read_jsonl(clean) == rows
