@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
 from gymflow.aggregate._scan import GroupRef
 from gymflow.errors import GymflowError
+from gymflow.gym_config import Routing, resources_server_urls
 
 __all__ = [
     "ServerMetricsError",
@@ -62,62 +63,18 @@ def strip_row(row: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def resources_server_urls(config: Mapping[str, Any]) -> dict[str, str]:
-    """Resources-server block name -> base URL (``base_url``, else ``http://host:port``)."""
-    urls: dict[str, str] = {}
-    for block, body in config.items():
-        servers = body.get("resources_servers") if isinstance(body, Mapping) else None
-        if not isinstance(servers, Mapping):
-            continue
-        for impl in servers.values():
-            if not isinstance(impl, Mapping):
-                continue
-            if isinstance(impl.get("base_url"), str):
-                urls[block] = impl["base_url"].rstrip("/")
-            elif impl.get("host") is not None and impl.get("port") is not None:
-                urls[block] = f"http://{impl['host']}:{impl['port']}"
-            break
-    return urls
-
-
-def _named(ref: object) -> str | None:
-    name = ref.get("name") if isinstance(ref, Mapping) else None
-    return name if isinstance(name, str) and name else None
-
-
 def route_group(ref: GroupRef, config: Mapping[str, Any]) -> str:
     """The resources server a group's rows route to (reverify.md §2.3, rules 2 to 5)."""
-    if ref.is_environment:
-        block = config.get(ref.key)
-        servers = block.get("environment_servers") if isinstance(block, Mapping) else None
-        if isinstance(servers, Mapping):
-            for impl in servers.values():
-                name = _named(impl.get("resources_server")) if isinstance(impl, Mapping) else None
-                if name:
-                    return name
-    agents: dict[str, str] = {}
-    for block, body in config.items():
-        impls = body.get("responses_api_agents") if isinstance(body, Mapping) else None
-        if isinstance(impls, Mapping) and impls:
-            first = next(iter(impls.values()))
-            name = _named(first.get("resources_server")) if isinstance(first, Mapping) else None
-            if name:
-                agents[block] = name
-    if ref.agent in agents:
-        return agents[ref.agent]
-    if not agents:
-        servers = sorted(resources_server_urls(config))
-        if len(servers) == 1:
-            return str(servers[0])
-        if not servers:
-            raise ServerMetricsError("aggregate metrics: no resources server found in the config.")
-        raise ServerMetricsError(
-            f"aggregate metrics: multiple resources servers {servers!r} and no agent blocks to route by. "
-            "Use a config with agent blocks."
-        )
+    routing = Routing.of(config)
+    name = routing.route(None, ref.key if ref.is_environment else None, ref.agent)
+    if name is not None:
+        return name
+    problem = routing.fallback_problem("aggregate metrics")
+    if problem is not None:
+        raise ServerMetricsError(problem)
     raise ServerMetricsError(
         f"aggregate metrics: cannot find a resources server for group {ref.key!r} "
-        f"(agent_ref.name={ref.agent!r}). Known agents: {sorted(agents)!r}."
+        f"(agent_ref.name={ref.agent!r}). Known agents: {sorted(routing.agents)!r}."
     )
 
 
