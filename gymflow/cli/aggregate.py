@@ -9,11 +9,11 @@ from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from gymflow import storage
 from gymflow.cli.config import load_config
+from gymflow.cli.gym_config import load_gym_config, split_overrides
 from gymflow.cli.logs import configure_logging
 from gymflow.config import GymflowConfig
 from gymflow.errors import GymflowError, UsageError
@@ -98,32 +98,6 @@ def register(eval_commands: argparse._SubParsersAction) -> None:  # type: ignore
     parser.set_defaults(handler=partial(run, parser))
 
 
-def _load_yaml(path: str) -> dict[str, Any]:
-    try:
-        with storage.open_read(path) as handle:
-            data = yaml.safe_load(handle.read())
-    except yaml.YAMLError as exc:
-        raise UsageError(f"config {path}: not valid YAML: {exc}") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise UsageError(f"config {path}: expected a mapping at the top level")
-    return data
-
-
-def _overrides(extras: Sequence[str]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for item in extras:
-        if item.startswith("-") or "=" not in item:
-            raise UsageError(f"unrecognized arguments: {item}")
-        key, _, raw = item.lstrip("+").partition("=")
-        try:
-            out[key] = yaml.safe_load(raw)
-        except yaml.YAMLError:
-            out[key] = raw
-    return out
-
-
 def agent_environments(config: Mapping[str, Any]) -> dict[str, str]:
     """Agent name -> the one environment server whose config fronts it (§1.6).
 
@@ -164,11 +138,8 @@ def build_options(args: argparse.Namespace, extras: Sequence[str]) -> tuple[Any,
     """Flags + config files + overrides -> (AggregateOptions, validated AggregateConfig)."""
     from gymflow.aggregate import AggregateOptions, ReduceSettings, ScoreSpec
 
-    merged: dict[str, Any] = {}
-    for path in args.config:
-        merged.update(_load_yaml(path))
+    merged = load_gym_config(args.config, split_overrides(extras), command_keys=_CONFIG_KEYS)
     values = {key: merged[key] for key in _CONFIG_KEYS if key in merged}
-    values.update(_overrides(extras))
     if args.no_health_check:
         values["disable_health_check"] = True
     if args.health_check_workers is not None:
