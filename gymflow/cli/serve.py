@@ -88,7 +88,7 @@ def deployments(args: argparse.Namespace, extras: Sequence[str]) -> list[Any]:
             )
         )
     out = [
-        post_run.to_deployment(name="post", triggers=triggers, parameters=common),
+        post_run.to_deployment(name="post", triggers=triggers, parameters=common, concurrency_limit=1),
         # Any command on demand, e.g. judge recovery: argv = [eval, reverify, --judge-failed-only, ...]
         gymflow_command.to_deployment(name="command", parameters={"argv": ["--help"]}),
     ]
@@ -97,6 +97,7 @@ def deployments(args: argparse.Namespace, extras: Sequence[str]) -> list[Any]:
             post_sweep.to_deployment(
                 name="sweep",
                 interval=timedelta(seconds=args.sweep_interval),
+                concurrency_limit=1,  # a sweep still running when the next is due: the next waits
                 parameters={"prefix": args.sweep, **common},
             )
         )
