@@ -11,8 +11,9 @@ Run from the repo root: ``python bench/reverify.py [--rows 20000] [--concurrency
    the rollout's ``response``) and decoding each answer; requests per second, measured before and after the
    large gymflow run (the machine is shared: ratios use the better of the two).
 4. ``gymflow --direct``: the command as a subprocess on both corpora, at its default concurrency unless
-   ``--concurrency-flag`` is given: wall time, in-loop time (from the first to the last line appended to the
-   output, polled every 20 ms) and peak RSS of the process tree (psutil).
+   ``--concurrency-flag`` is given: wall time, in-loop rate (rows appended after the output first grows,
+   over the time to its last growth; polled every 20 ms), peak RSS of the process tree (psutil) and CPU
+   per row (user + system of the command).
    Also, as a diagnostic, gymflow's ``/verify`` client alone, in process, over the same bodies.
 5. ``gymflow`` orchestrated (Prefect, without ``--direct``): on the small corpus by default, on the large one
    with ``--prefect``; skipped with ``--no-prefect``.
@@ -59,6 +60,9 @@ class Run:
     rows: int
     wall_s: float
     loop_s: float | None
+    """From the first to the last growth of the output (the rows of the first write are not in it)."""
+    loop_rows: int
+    """Rows appended after the first growth (estimated from byte sizes)."""
     peak_tree_rss: int
     cpu_s: float
     """User + system CPU of the command and its reaped descendants."""
@@ -72,8 +76,9 @@ class Run:
         return self.returncode == 0 and self.written == self.rows
 
     def rows_per_s(self, loop: bool = False) -> float:
-        seconds = self.loop_s if loop else self.wall_s
-        return self.rows / seconds if seconds else 0.0
+        if loop:
+            return self.loop_rows / self.loop_s if self.loop_s else 0.0
+        return self.rows / self.wall_s if self.wall_s else 0.0
 
 
 def ensure_corpus(rows: int, seed: int) -> Path:
@@ -206,6 +211,7 @@ def run_gymflow(
     first_growth: float | None = None
     last_growth: float | None = None
     last_size = 0
+    first_size = 0
     peak = 0
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     with open(out_dir / "stdout.txt", "wb") as out, open(out_dir / "stderr.txt", "wb") as err:
@@ -228,7 +234,8 @@ def run_gymflow(
             except FileNotFoundError:
                 size = 0
             if size > last_size:
-                first_growth = first_growth if first_growth is not None else now
+                if first_growth is None:
+                    first_growth, first_size = now, size
                 last_growth, last_size = now, size
             total = 0
             try:
@@ -247,7 +254,10 @@ def run_gymflow(
     loop = last_growth - first_growth if first_growth is not None and last_growth is not None else None
     stdout = (out_dir / "stdout.txt").read_text(errors="replace")
     stderr = (out_dir / "stderr.txt").read_text(errors="replace")
-    return Run(label, rows, wall, loop, peak, cpu_s, returncode, _count_lines(output), stdout, stderr)
+    final_size = output.stat().st_size if output.exists() else 0
+    loop_rows = round(rows * (final_size - first_size) / final_size) if final_size else 0
+    written = _count_lines(output)
+    return Run(label, rows, wall, loop, loop_rows, peak, cpu_s, returncode, written, stdout, stderr)
 
 
 def _report(run: Run, bare_rps: float, bare_cpu_ms: float) -> None:
