@@ -42,7 +42,7 @@ def task_runner(config: RunnerConfig, workers: int) -> TaskRunner[Any]:
         return runner
     lifeline.ensure_watchdog()
     return ProcessPoolTaskRunner(
-        max_workers=workers, initializer=lifeline.worker_init, initargs=(storage.current_options(),)
+        max_workers=workers, initializer=lifeline.worker_init, initargs=lifeline.worker_initargs()
     )
 
 
@@ -86,7 +86,7 @@ def process_pool(workers: int | None) -> Iterator[Executor | None]:
         max_workers=workers,
         mp_context=get_context("spawn"),
         initializer=lifeline.worker_init,
-        initargs=(storage.current_options(),),
+        initargs=lifeline.worker_initargs(),
     )
     with pool:
         yield pool

@@ -46,18 +46,19 @@ def table():
                 fields = handle.read().rsplit(b")", 1)[1].split()
         except OSError:
             continue
-        out[int(name)] = (int(fields[1]), fields[19], fields[3])  # ppid, start time, session
+        # ppid, start time, session, process group
+        out[int(name)] = (int(fields[1]), fields[19], fields[3], fields[2])
     return out
 
 def descendants(root, exclude):
     # A descendant in a session of its own (start_new_session) is meant to outlive us (the
     # local Prefect server gymflow keeps running): it and its subtree are left alone.
     procs = table()
-    session = procs.get(root, (0, b"", None))[2]
+    session = procs.get(root, (0, b"", None, None))[2]
     found, frontier = {}, [root]
     while frontier:
         current = frontier.pop()
-        for pid, (ppid, start, sid) in procs.items():
+        for pid, (ppid, start, sid, _) in procs.items():
             if ppid == current and pid not in found and pid != exclude and sid == session:
                 found[pid] = start
                 frontier.append(pid)
@@ -93,10 +94,21 @@ _WATCHDOG = (
     + r"""
 signal.signal(signal.SIGINT, signal.SIG_IGN)
 parent = int(sys.argv[1])
+me = os.getpid()
+_, parent_start, parent_session, parent_group = table().get(parent, (0, b"0", None, None))
 known = {}
 while os.getppid() == parent:
-    known = descendants(parent, os.getpid())
+    known = descendants(parent, me)
     time.sleep(0.3)
+# Children started since the last look were re-parented, like this process, to the same reaper:
+# those of the dead parent's process group started after it are its orphans too.
+reaper = os.getppid()
+for pid, (ppid, start, sid, group) in table().items():
+    if (
+        ppid == reaper and pid != me and sid == parent_session and group == parent_group
+        and int(start) >= int(parent_start)
+    ):
+        known[pid] = start
 stop(known, 2.0)
 """
 )
@@ -122,12 +134,23 @@ def watch_parent(interval: float = PARENT_POLL_S) -> None:
     threading.Thread(target=loop, name="gymflow-parent-watch", daemon=True).start()
 
 
-def worker_init(options: Mapping[str, Mapping[str, Any]] | None = None) -> None:
-    """Initializer of gymflow's pool workers (see the module docstring)."""
+def worker_init(options: Mapping[str, Mapping[str, Any]] | None = None, parent: int | None = None) -> None:
+    """Initializer of gymflow's pool workers (see the module docstring).
+
+    ``parent`` is the pid of the process that created the pool (see :func:`worker_initargs`): a
+    worker that starts after its parent already died exits at once.
+    """
+    if parent is not None and os.getppid() != parent:
+        os._exit(1)
     with suppress(ValueError):  # not the main thread of the worker: nothing to change
         signal.signal(signal.SIGINT, signal.SIG_IGN)
     watch_parent()
     storage.configure(options or {})
+
+
+def worker_initargs() -> tuple[dict[str, dict[str, Any]], int]:
+    """``initargs`` for :func:`worker_init`: the storage options and this process's pid."""
+    return storage.current_options(), os.getpid()
 
 
 def ensure_watchdog() -> None:

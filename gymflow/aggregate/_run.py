@@ -154,7 +154,7 @@ def scan_all(shards: Sequence[str], options: AggregateOptions, spool_dir: str | 
             max_workers=workers,
             mp_context=multiprocessing.get_context("spawn"),
             initializer=lifeline.worker_init,
-            initargs=(storage.current_options(),),
+            initargs=lifeline.worker_initargs(),
         )
     except (OSError, ValueError) as exc:
         logger.warning("Process pool unavailable (%s); reading shards serially.", exc)

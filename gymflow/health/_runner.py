@@ -149,7 +149,7 @@ def evaluate_all(plan_: HealthPlan, progress: Progress | None = None) -> list[Ra
             max_workers=min(plan_.workers, len(plan_.ranges)),
             mp_context=get_context("spawn"),
             initializer=lifeline.worker_init,
-            initargs=(storage.current_options(),),
+            initargs=lifeline.worker_initargs(),
         )
     except (OSError, ValueError, NotImplementedError, ImportError) as exc:
         warnings.warn(

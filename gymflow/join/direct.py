@@ -112,7 +112,7 @@ def _parallel(
         max_workers=workers,
         mp_context=context,
         initializer=lifeline.worker_init,
-        initargs=(storage.current_options(),),
+        initargs=lifeline.worker_initargs(),
     ) as pool:
         pending: deque[Future[tuple[bytes, JoinStats]]] = deque()
         queue = iter(ranges)
