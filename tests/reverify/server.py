@@ -226,6 +226,16 @@ def _drop_connection(scope: Scope) -> None:
     transport.close()
 
 
+async def _hang_until_disconnected(request: Request, seconds: float) -> bool:
+    """Sleep up to ``seconds``; True as soon as the client has gone (so no request outlives its client)."""
+    deadline = time.monotonic() + seconds
+    while (remaining := deadline - time.monotonic()) > 0:
+        await asyncio.sleep(min(0.05, remaining))
+        if await request.is_disconnected():
+            return True
+    return False
+
+
 def create_app(
     mode: Any = "stateless", *, mode_status: int = 200, latency_ms: float = 0.0, keep_log: bool = True
 ) -> Any:
@@ -278,8 +288,8 @@ def create_app(
             return Response(b"", status_code=500)
         if kind == "non_object":
             return _json([1] if behaviour.body is None else behaviour.body)
-        if kind == "hang":
-            await asyncio.sleep(behaviour.hang_s)
+        if kind == "hang" and await _hang_until_disconnected(request, behaviour.hang_s):
+            return Response(b"", status_code=499)
         detail = _missing_fields(body)
         if detail:
             return _json({"detail": detail}, 422)
@@ -412,6 +422,7 @@ def main(argv: list[str] | None = None) -> None:
         http="httptools",
         log_level="warning",
         access_log=False,
+        timeout_graceful_shutdown=2,
     )
 
 
