@@ -9,7 +9,6 @@ the open output files and the launched servers until :func:`~gymflow.reverify.fi
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -19,13 +18,23 @@ import httpx
 import orjson
 
 from gymflow import provenance, storage
-from gymflow.errors import GymflowError, InputError
+from gymflow.errors import GymflowError
 from gymflow.gym_config import Routing
 from gymflow.reverify import _guard
 from gymflow.reverify._client import ClientSettings, TransportFactory
-from gymflow.reverify._inputs import Key, build_body, key_of, read_materialized
+from gymflow.reverify._inputs import Key, build_body, read_materialized
+from gymflow.reverify._migrate import migrate_invalid_judge_rows
 from gymflow.reverify._options import ReverifyOptions
-from gymflow.reverify._paths import OutputPaths, delete, derived, download
+from gymflow.reverify._outputs import (
+    keys_in,
+    open_outputs,
+    protect,
+    refuse_same_file,
+    report_duplicates,
+    seed,
+    stage_existing,
+)
+from gymflow.reverify._paths import OutputPaths, derived
 from gymflow.reverify._results import alarm_line
 from gymflow.reverify._resume import ResumeCounts, max_attempts, read_existing, resume_filter
 from gymflow.reverify._select import (
@@ -169,93 +178,6 @@ class ReverifyPlan:
             self.paths.cleanup()
 
 
-def _same_file(options: ReverifyOptions, output: str) -> None:
-    target = storage.to_uri(output)
-    named = {
-        "--rollouts": options.rollouts_jsonl_fpath,
-        "--inputs": options.materialized_inputs_jsonl_fpath,
-        "--atif-manifest": options.atif_manifest_jsonl_fpath,
-    }
-    for flag, path in named.items():
-        if path is None or storage.to_uri(path) != target:
-            continue
-        if flag == "--rollouts" and options.judge_failed_only and options.append:
-            continue
-        raise GymflowError(
-            f"--output {output!r} is the same file as {flag}; refusing to overwrite an input. "
-            "Choose another --output."
-        )
-
-
-def _protect(paths: OutputPaths, options: ReverifyOptions, echo: Echo) -> None:
-    """Fresh-run protection (§2.7): delete with ``--overwrite``, else refuse."""
-    if options.resume_from_cache or options.append:
-        return
-    for url in (paths.output, paths.sidecar):
-        if storage.exists(url):
-            if not options.overwrite:
-                raise GymflowError(
-                    f"Output file already exists: {url!r}. Pass --overwrite to delete it and start fresh, "
-                    "or --resume to continue from it."
-                )
-            delete(url)
-            echo(f"Deleted existing output file: {url!r}")
-
-
-def _stage_existing(paths: OutputPaths) -> None:
-    """For a remote output, bring the existing output and sidecar into the staging directory."""
-    if not paths.remote:
-        return
-    for url, local in ((paths.output, paths.local_output), (paths.sidecar, paths.local_sidecar)):
-        if storage.isfile(url):
-            download(url, local)
-
-
-def _open(paths: OutputPaths) -> dict[str, IO[bytes]]:
-    directory = os.path.dirname(os.path.abspath(paths.local_output))
-    os.makedirs(directory, exist_ok=True)
-    return {"output": open(paths.local_output, "ab"), "sidecar": open(paths.local_sidecar, "ab")}
-
-
-def _output_keys(path: str) -> set[Key]:
-    keys: set[Key] = set()
-    if os.path.isfile(path):
-        with open(path, "rb") as handle:
-            for line in handle:
-                if line.strip():
-                    try:
-                        row = orjson.loads(line)
-                    except orjson.JSONDecodeError:
-                        continue
-                    key = key_of(row) if isinstance(row, dict) else None
-                    if key is not None:
-                        keys.add(key)
-    return keys
-
-
-def _seed(plan: ReverifyPlan, rollouts: str, echo: Echo) -> None:
-    """§2.9 step 6: append the successes not yet in the output."""
-    present = _output_keys(plan.paths.local_output)
-    count = 0
-    for _, line in storage.iter_lines(rollouts):
-        if not line.strip():
-            continue
-        try:
-            row = orjson.loads(line)
-        except orjson.JSONDecodeError as exc:
-            raise InputError(f"Malformed JSON in {rollouts!r}: {exc}") from None
-        key = key_of(row) if isinstance(row, dict) else None
-        if key is not None:
-            if key in present:
-                continue
-            present.add(key)
-        plan.append("output", line if line.endswith(b"\n") else line + b"\n")
-        count += 1
-    plan.flush()
-    plan.tally.seeded = count
-    echo(f"Recovery mode: seeded {count} successful rollout(s) into {plan.paths.output}")
-
-
 def _select(
     options: ReverifyOptions,
     routing: Routing,
@@ -319,10 +241,15 @@ def prepare(
         materialized = read_materialized(options.materialized_inputs_jsonl_fpath, warn)
     if options.judge_failed_only:
         assert options.rollouts_jsonl_fpath is not None
+        # §2.9 steps 3-5: output paths, the warning, then (opt-in) the migration of invalid judge rows.
+        refuse_same_file(options, options.output_jsonl_fpath)
+        protect(options.output_jsonl_fpath, derived(options.output_jsonl_fpath)[0], options, echo)
+        echo(TWO_SOURCES)
+        if options.retry_invalid_judge_responses:
+            migrate_invalid_judge_rows(options.rollouts_jsonl_fpath, derived(options.rollouts_jsonl_fpath)[0])
         # Keys already in the output once seeding has run: the output's and the successes'.
-        exclude = _rollout_keys(options.rollouts_jsonl_fpath)
-        if storage.isfile(options.output_jsonl_fpath):
-            exclude |= _rollout_keys(options.output_jsonl_fpath)
+        exclude = keys_in(options.rollouts_jsonl_fpath)
+        exclude |= keys_in(options.output_jsonl_fpath)
     selection, items, source = _select(options, routing, hashes, materialized, warn, exclude)
     if selection.fallback_used:
         message = routing.fallback_warning("reverify")
@@ -354,20 +281,6 @@ def prepare(
         stack.close()
         raise
     return plan
-
-
-def _rollout_keys(path: str) -> set[Key]:
-    keys: set[Key] = set()
-    for _, line in storage.iter_lines(path):
-        if line.strip():
-            try:
-                row = orjson.loads(line)
-            except orjson.JSONDecodeError:
-                continue
-            key = key_of(row) if isinstance(row, dict) else None
-            if key is not None:
-                keys.add(key)
-    return keys
 
 
 def _open_plan(
@@ -415,8 +328,9 @@ def _open_plan(
     if bad:
         echo(_guard.warning(bad))
     paths = OutputPaths.of(options.output_jsonl_fpath, unsafe=bool(bad))
-    _same_file(options, paths.output)
-    _protect(paths, options, echo)
+    refuse_same_file(options, paths.output)
+    if not options.judge_failed_only:  # recovery prepared its output paths before migrating
+        protect(paths.output, paths.sidecar, options, echo)
     tally = Tally(duplicates=sum(selection.duplicates.values()), unmatched=len(selection.unmatched))
     plan = ReverifyPlan(
         options=options,
@@ -436,16 +350,19 @@ def _open_plan(
         stack=stack,
     )
     if options.resume_from_cache or options.append:
-        _stage_existing(paths)
+        stage_existing(paths)
     unmatched = selection.unmatched
     if options.resume_from_cache:
         unmatched = _resume(plan, unmatched, echo, warn)
-    plan.files = _open(paths)
+    plan.files = open_outputs(paths)
     if options.judge_failed_only:
-        echo(TWO_SOURCES)
         assert options.rollouts_jsonl_fpath is not None
-        _seed(plan, options.rollouts_jsonl_fpath, echo)
-    _report_duplicates(selection, source, echo)
+        tally.seeded = seed(
+            paths.local_output, options.rollouts_jsonl_fpath, lambda line: plan.append("output", line)
+        )
+        plan.flush()
+        echo(f"Recovery mode: seeded {tally.seeded} successful rollout(s) into {paths.output}")
+    report_duplicates(selection.duplicates, source, echo)
     tally.selected = len(plan.work) + tally.skipped_by_resume
     for row in unmatched:
         plan.append("sidecar", orjson.dumps(row) + b"\n")
@@ -457,17 +374,6 @@ def _open_plan(
     else:
         echo(f"Verifying with {options.num_samples_in_parallel} concurrent requests")
     return plan
-
-
-def _report_duplicates(selection: Selection, source: str | None, echo: Echo) -> None:
-    if not selection.duplicates:
-        return
-    keys = list(selection.duplicates)
-    shown = ", ".join(repr(k) for k in keys[:10]) + (", ..." if len(keys) > 10 else "")
-    echo(
-        f"Skipped {sum(selection.duplicates.values())} duplicate rollout row(s) for {len(keys)} key(s) in "
-        f"{source!r}; verified the first row of each: [{shown}]"
-    )
 
 
 def _resume(

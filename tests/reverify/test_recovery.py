@@ -126,3 +126,28 @@ def test_recovery_resume_combines(case: Case) -> None:
     outcome = case.run("--judge-failed-only", "--resume", write=False)
     assert outcome.code == 0
     assert len(case.out_rows()) == 10
+
+
+def test_invalid_judge_rows_migrated_then_recovered(case: Case) -> None:
+    """§2.9 step 5: with retry_invalid_judge_responses, --rollouts rows holding an invalid judge
+    response move into its sidecar (idempotently) and are re-verified."""
+    _recovery_inputs(case, failures=[])
+    rows = read_jsonl(case.rollouts_path)
+    rows[2].update(invalid_judge_response=True, _ng_failure_terminal=True)
+    write_jsonl(case.rollouts_path, rows)
+    case.config()
+    assert case.config_path is not None
+    case.config_path.write_text(case.config_path.read_text() + "retry_invalid_judge_responses: true\n")
+    outcome = case.run("--judge-failed-only", write=False)
+    assert outcome.code == 0, outcome
+    remaining = read_jsonl(case.rollouts_path)
+    assert [key(r) for r in remaining] == [key(r) for r in rows if r is not rows[2]]
+    [moved] = read_jsonl(case.path("rollouts_failures.jsonl"))
+    assert key(moved) == key(rows[2]) and moved["_ng_failure_class"] == "judge_invalid"
+    assert moved["_ng_migrated_invalid_judge_response"] is True and "_ng_failure_terminal" not in moved
+    assert f"Recovery mode: seeded 8 successful rollout(s) into {case.output}" in outcome.lines
+    assert [tuple(e["key"]) for e in case.server.log("/verify")] == [key(rows[2])]
+    assert len(case.out_rows()) == 9
+    before = case.rollouts_path.read_bytes(), case.path("rollouts_failures.jsonl").read_bytes()
+    assert case.run("--judge-failed-only", "--append", write=False).code == 0
+    assert (case.rollouts_path.read_bytes(), case.path("rollouts_failures.jsonl").read_bytes()) == before
