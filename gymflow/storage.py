@@ -663,7 +663,7 @@ def write_atomic(url: str, data: bytes) -> tuple[str, int]:
             _write_local_atomic(local, lambda f: f.writelines((data,)))
         else:
             fs, path = filesystem(url)
-            fs.pipe_file(path, data)
+            fs.pipe_file(path, data, **_deadline(fs, len(data)))
     logger.debug("wrote %d bytes to %s", len(data), _scrub(url))
     _written(url)
     return hashlib.sha256(data).hexdigest(), len(data)
@@ -687,10 +687,26 @@ def write_atomic_lines(url: str, chunks: Iterable[bytes]) -> tuple[str, int]:
                 with open(temp, "wb", buffering=2**20) as f:
                     f.writelines(hashing.chunks(chunks))
                 fs, path = filesystem(url)
-                fs.put_file(temp, path)
+                fs.put_file(temp, path, **_deadline(fs, hashing.count))
     logger.debug("wrote %s", _scrub(url))
     _written(url)
     return hashing.result()
+
+
+MIN_UPLOAD_RATE = 2**20
+"""Bytes per second an upload may not fall below: what bounds a write to a store that stopped
+reading (socket timeouts only cover reads, so a blocked send would otherwise wait forever)."""
+
+
+def _deadline(fs: Any, nbytes: int) -> dict[str, float]:
+    """``timeout=`` for an upload through an async fsspec filesystem (none for the others)."""
+    if not getattr(fs, "async_impl", False):
+        return {}
+    config = getattr(fs, "config_kwargs", None) or {}
+    connect = float(config.get("connect_timeout", DEFAULT_CONNECT_TIMEOUT))
+    read = float(config.get("read_timeout", DEFAULT_READ_TIMEOUT))
+    retries = config.get("retries", {}).get("max_attempts", DEFAULT_RETRIES)
+    return {"timeout": int(retries) * (connect + read) + nbytes / MIN_UPLOAD_RATE}
 
 
 def remove_stale_temps(directory: str, warn: Callable[[str], None] | None = None) -> list[str]:
