@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from functools import partial
 from typing import Any
 
@@ -17,7 +20,7 @@ from gymflow.cli.progress import row_progress
 from gymflow.config import GymflowConfig
 from gymflow.errors import GymflowError, UsageError
 
-INTERRUPTED = "Interrupted; the output is left resumable (rerun with --resume)."
+INTERRUPTED = "Interrupted; {output} keeps the rows verified so far: rerun with --resume to continue."
 
 # flag destination -> config key (reverify.md §1)
 _FLAGS = {
@@ -124,9 +127,24 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace, extras: Seque
         print(f"Error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print(INTERRUPTED, file=sys.stderr)
+        print(INTERRUPTED.format(output=options.output_jsonl_fpath), file=sys.stderr)
         return 130
     return 0
+
+
+@contextmanager
+def _keyboard_interrupt() -> Iterator[None]:
+    """Ctrl-C as ``KeyboardInterrupt`` while the run is in-process: the core then flushes and puts
+    the output and stops the servers it launched, and the output stays resumable (the CLI's generic
+    handler would exit at once, saying nothing was written)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _run_direct(options: Any, gym_config: Mapping[str, Any]) -> None:
@@ -134,7 +152,8 @@ def _run_direct(options: Any, gym_config: Mapping[str, Any]) -> None:
 
     bar = row_progress("Collecting reverification results")
     try:
-        run_reverify(options, gym_config, echo=_echo, progress=bar, warn=_warn)
+        with _keyboard_interrupt():
+            run_reverify(options, gym_config, echo=_echo, progress=bar, warn=_warn)
     finally:
         if bar is not None:
             bar.close()

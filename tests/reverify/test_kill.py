@@ -89,3 +89,41 @@ def test_kill_9_then_resume(tmp_path: Path, start_resources_server: Callable[...
         tmp_path / "clean_aggregate_metrics.json"
     ).read_bytes()
     assert read_jsonl(clean) == rows
+
+
+def test_ctrl_c_leaves_the_output_resumable(
+    tmp_path: Path, start_resources_server: Callable[..., ServerProcess]
+) -> None:
+    server = start_resources_server(latency_ms=3, no_log=True)
+    materialized, rollouts = mcqa_rows(1500, 2)
+    write_jsonl(tmp_path / "inputs.jsonl", materialized)
+    write_jsonl(tmp_path / "rollouts.jsonl", rollouts)
+    config = write_gym_config(tmp_path / "cfg.yaml", {"mcqa": server})
+    env = {**server_env(), "CI": "1"}
+    output = tmp_path / "out.jsonl"
+    log = tmp_path / "child.log"
+    with open(log, "wb") as sink:
+        child = subprocess.Popen(
+            _command(config, tmp_path, output), cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=sink
+        )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (output.exists() and output.stat().st_size > 0):
+        assert child.poll() is None, log.read_text()
+        time.sleep(0.02)
+    child.send_signal(signal.SIGINT)
+    assert child.wait(10) == 130
+    lines = [line for line in log.read_text().strip().splitlines() if not line.startswith("Warning: ")]
+    assert lines == [
+        f"Interrupted; {output} keeps the rows verified so far: rerun with --resume to continue."
+    ]
+    partial = len(read_jsonl(output))
+    assert 0 < partial < 3000
+    resumed = subprocess.run(
+        _command(config, tmp_path, output, "--resume"),
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        timeout=90,
+    )
+    assert resumed.returncode == 0, resumed.stderr.decode()
+    assert len(read_jsonl(output)) == 3000
