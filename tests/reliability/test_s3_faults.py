@@ -156,13 +156,23 @@ def _connected(process: subprocess.Popen[bytes], port: int) -> bool:
     return any(c.raddr and c.raddr.port == port for c in connections)
 
 
-@pytest.mark.parametrize("fault", ["stopped", "frozen"])
+def _uploading(staging: Path) -> bool:
+    return any(name.startswith("gymflow-upload-") for name in os.listdir(staging))
+
+
+@pytest.mark.parametrize("fault", ["stopped", "frozen", "frozen-writing"])
 def test_server_fault_mid_run_is_one_line_within_the_timeouts(tmp_path: Path, moto: Moto, fault: str) -> None:
-    run_url = _upload_run(moto, tmp_path, rows=200, padding=20000)
-    variables = _config(tmp_path, moto.url)
+    writing = fault == "frozen-writing"
+    run_url = _upload_run(moto, tmp_path, rows=3000 if writing else 200, padding=0 if writing else 20000)
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    variables = {**_config(tmp_path, moto.url), "TMPDIR": str(staging)}
     process = start(["eval", "health-check", run_url, "--direct", "--no-cache"], env=variables)
     try:
-        assert wait_for(lambda: _connected(process, moto.port), 30), process.communicate()
+        if writing:  # the reports are staged locally, then uploaded
+            assert wait_for(lambda: _uploading(staging), 60, 0.002), process.communicate()
+        else:
+            assert wait_for(lambda: _connected(process, moto.port), 30), process.communicate()
         began = time.monotonic()
         if fault == "stopped":
             moto.process.kill()
@@ -188,7 +198,7 @@ def test_server_fault_mid_run_is_one_line_within_the_timeouts(tmp_path: Path, mo
     # input hashing beside it), their backoff, and the bounded lease release.
     assert elapsed < 2 * RETRIES * (CONNECT_S + READ_S) + 3 + 3, elapsed
     print(f"{fault}: error after {elapsed:.1f} s")
-    if fault == "frozen":
+    if fault.startswith("frozen"):
         os.kill(moto.process.pid, signal.SIGCONT)
         client = moto.client()
         names = [item["Key"] for item in client.list_objects_v2(Bucket="faults").get("Contents", [])]
