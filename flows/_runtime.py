@@ -24,7 +24,7 @@ from prefect.task_runners import ProcessPoolTaskRunner, TaskRunner, ThreadPoolTa
 from gymflow import lifeline, locking, storage
 from gymflow.config import RunnerConfig
 from gymflow.errors import GymflowError
-from gymflow.flows import _server
+from gymflow.flows import _environment, _server
 
 R = TypeVar("R")
 
@@ -47,15 +47,16 @@ def task_runner(config: RunnerConfig, workers: int) -> TaskRunner[Any]:
 
 
 @contextmanager
-def prefect_api(startup_timeout_s: float = 90.0) -> Iterator[str]:
+def prefect_api(startup_timeout_s: float | None = None) -> Iterator[str]:
     """The configured Prefect API, or the local server gymflow keeps running (:mod:`._server`),
     shared with child processes. Events and logs still queued are delivered before returning."""
     configured = os.environ.get("PREFECT_API_URL") or PREFECT_API_URL.value()
-    url = configured or _server.ensure(startup_timeout_s)[0]
+    url = configured or _server.ensure(startup_timeout_s or _environment.startup_timeout_s())[0]
     previous = os.environ.get("PREFECT_API_URL")
     os.environ["PREFECT_API_URL"] = url
     try:
         with temporary_settings(updates={PREFECT_API_URL: url}):
+            _environment.use_remote_result_store()
             yield url
     finally:
         # Drained here, not at interpreter exit, where Prefect warns "Still processing items".

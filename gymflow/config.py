@@ -37,7 +37,12 @@ class PrefectConfig(_Frozen):
         default="WARNING", description="Prefect's console log level when -v is not given."
     )
     startup_timeout_seconds: int = Field(
-        default=90, ge=1, description="How long to wait for Prefect's ephemeral local API to start."
+        default=90, ge=1, description="How long to wait for the local Prefect server to start."
+    )
+    result_store: str | None = Field(
+        default=None,
+        description="Where cached task results persist: a local directory or any fsspec URL "
+        "(s3://bucket/prefix, with storage.options); null: Prefect's default under $PREFECT_HOME.",
     )
 
 
