@@ -30,7 +30,8 @@ def _ci_steps() -> list[str]:
 def test_ci_runs_the_readme_test_command_around_the_gate() -> None:
     install, tests = (part.strip() for part in _readme_test_command().split("&&"))
     assert install == "pip install -c constraints.txt -e '.[test]'"
-    assert _ci_steps() == [install, "ruff check .", "ruff format --check .", ".ci/typecheck", tests]
+    gate = ["ruff check .", "ruff format --check .", ".ci/typecheck"]
+    assert _ci_steps() == [".ci/system-deps", install, *gate, tests]
 
 
 def test_pre_commit_runs_the_same_gate_with_the_environments_tools() -> None:
