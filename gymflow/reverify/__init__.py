@@ -16,16 +16,19 @@ On an interruption between the steps call ``plan.abort()``: the output stays res
 from gymflow.reverify._client import ClientSettings, TransportFactory
 from gymflow.reverify._finish import COMMAND, ReverifyOutcome, finish
 from gymflow.reverify._options import CONFIG_KEYS, ReverifyOptions, options_from_config
-from gymflow.reverify._plan import ReverifyPlan, Routed, Tally, prepare
-from gymflow.reverify._results import reverify_key
+from gymflow.reverify._plan import Echo, ReverifyPlan, Routed, Tally, prepare
+from gymflow.reverify._results import Destination, reverify_key
 from gymflow.reverify._run import Progress, run_reverify
-from gymflow.reverify._verify import BatchResult, record_batch, verify_batch
+from gymflow.reverify._verify import BatchResult, OnRow, record_batch, verify_batch
 
 __all__ = [
     "COMMAND",
     "CONFIG_KEYS",
     "BatchResult",
     "ClientSettings",
+    "Destination",
+    "Echo",
+    "OnRow",
     "Progress",
     "ReverifyOptions",
     "ReverifyOutcome",
