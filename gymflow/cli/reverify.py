@@ -122,7 +122,7 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace, extras: Seque
         if args.direct:
             _run_direct(options, gym_config)
         else:
-            _run_flow(settings, options, gym_config)
+            _run_flow(settings, options, gym_config, args.verbose)
     except GymflowError as exc:
         print(f"Error: {exc}", file=sys.stderr)
         return 1
@@ -159,8 +159,30 @@ def _run_direct(options: Any, gym_config: Mapping[str, Any]) -> None:
             bar.close()
 
 
-def _run_flow(settings: GymflowConfig, options: Any, gym_config: Mapping[str, Any]) -> None:
-    # LEAD: replace with the Prefect flow (flows/reverify.py): one flow run per command, tasks
-    # prepare -> verify_batch/record_batch per batch of <= 1000 -> finish(orchestrator={"kind": "prefect",
-    # ...}). Until then the default mode runs the direct path.
-    _run_direct(options, gym_config)
+def _run_flow(settings: GymflowConfig, options: Any, gym_config: Mapping[str, Any], verbose: bool) -> None:
+    from gymflow.flows import _environment
+
+    _environment.prepare(settings.prefect, verbose)
+    from prefect.task_runners import ThreadPoolTaskRunner
+
+    from gymflow.flows._runtime import run_flow
+    from gymflow.flows.reverify import reverify_flow
+
+    bar = row_progress("Collecting reverification results")
+    try:
+        with _keyboard_interrupt():
+            # One batch task at a time: the concurrency bound lives inside it.
+            result = run_flow(
+                reverify_flow,
+                ThreadPoolTaskRunner(max_workers=1),
+                options=options,
+                gym_config=dict(gym_config),
+                storage_options=storage.current_options(),
+                progress=bar,
+                warn=_warn,
+            )
+    finally:
+        if bar is not None:
+            bar.close()
+    for line in result.console_lines:
+        _echo(line)

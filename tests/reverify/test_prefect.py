@@ -1,0 +1,74 @@
+"""``eval reverify`` through Prefect's real local API (spec §5): the same rows and aggregate file
+as ``--direct``; after a judge outage, a rerun verifies only the batches that had failures."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from gymflow.cli import main
+from tests.reverify.cases import write_jsonl
+from tests.reverify.server_process import ServerProcess, mcqa_rows, write_gym_config
+
+
+def _args(root: Path, config: Path, output: Path, *extra: str) -> list[str]:
+    return [
+        "eval", "reverify", "--config", str(config),
+        "--inputs", str(root / "inputs.jsonl"), "--rollouts", str(root / "rollouts.jsonl"),
+        "--output", str(output), *extra,
+    ]  # fmt: skip
+
+
+def test_prefect_path_writes_what_direct_writes(
+    tmp_path: Path, resources_server: ServerProcess, capsys: pytest.CaptureFixture[str]
+) -> None:
+    materialized, rollouts = mcqa_rows(5, 2, wrong=[(1, 0), (3, 1)])
+    write_jsonl(tmp_path / "inputs.jsonl", materialized)
+    write_jsonl(tmp_path / "rollouts.jsonl", rollouts)
+    config = write_gym_config(tmp_path / "cfg.yaml", {"mcqa": resources_server})
+    resources_server.set((2, 1), kind="judge_failed")
+
+    assert main(_args(tmp_path, config, tmp_path / "direct.jsonl", "--direct")) == 0
+    direct_out = capsys.readouterr().out
+    assert main(_args(tmp_path, config, tmp_path / "flow.jsonl")) == 0
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err
+    for suffix in (".jsonl", "_failures.jsonl", "_aggregate_metrics.json"):
+        assert (tmp_path / f"flow{suffix}").read_bytes() == (tmp_path / f"direct{suffix}").read_bytes(), (
+            suffix
+        )
+    assert captured.out.replace("flow", "direct") == direct_out
+    record = (tmp_path / "flow.provenance.json").read_text()
+    assert '"kind":"prefect"' in record.replace(" ", "") or '"kind": "prefect"' in record
+
+
+def test_rerun_after_a_judge_outage_verifies_only_the_failed_batches(
+    tmp_path: Path, start_resources_server: Callable[..., ServerProcess], capsys: pytest.CaptureFixture[str]
+) -> None:
+    server = start_resources_server()
+    materialized, rollouts = mcqa_rows(1250, 2)  # 2,500 rows: batches of 1000, 1000 and 500
+    write_jsonl(tmp_path / "inputs.jsonl", materialized)
+    write_jsonl(tmp_path / "rollouts.jsonl", rollouts)
+    config = write_gym_config(tmp_path / "cfg.yaml", {"mcqa": server})
+    output = tmp_path / "out.jsonl"
+    # The judge is down for two rows of the second batch (rows 1000-1999 in file order).
+    outage = [(600, 0), (700, 1)]
+    for key in outage:
+        server.set(key, kind="judge_failed")
+    assert main(_args(tmp_path, config, output)) == 0
+    first = capsys.readouterr().out
+    assert "Rollouts missing from the score: 2 of 2500" in first
+    assert len(server.log("/verify")) == 2500
+
+    server.reset()  # the judge is back
+    assert main(_args(tmp_path, config, output, "--overwrite")) == 0
+    capsys.readouterr()
+    requests = server.log("/verify")
+    verified = {(entry["key"][0], entry["key"][1]) for entry in requests}
+    assert len(requests) == 1000  # only the batch that held the failures
+    assert set(outage) <= verified
+    assert all(500 <= task < 1000 for task, _ in verified)
+    assert (tmp_path / "out_failures.jsonl").read_bytes() == b""
+    assert len(output.read_bytes().splitlines()) == 2500
