@@ -13,6 +13,7 @@ from typing import Any
 
 from prefect import flow, tags
 from prefect.runtime import flow_run
+from prefect.task_runners import ThreadPoolTaskRunner
 
 from gymflow import pipeline, storage
 from gymflow.aggregate import AggregateOptions, AggregateOutcome
@@ -22,6 +23,7 @@ from gymflow.flows._runtime import offloading_runner, task_runner
 from gymflow.health import HealthOutcome
 from gymflow.join.run import JoinResult, JoinSettings
 from gymflow.pipeline import Echo, PipelineSummary, PostOptions
+from gymflow.reverify import ReverifyOptions, ReverifyOutcome
 
 
 class FlowSteps:
@@ -72,10 +74,15 @@ class FlowSteps:
             offload_workers=offload,
         )
 
-    def reverify(self, options: Any, gym_config: Mapping[str, Any], echo: Echo) -> Any:
+    def reverify(
+        self, options: ReverifyOptions, gym_config: Mapping[str, Any], echo: Echo
+    ) -> ReverifyOutcome:
         from gymflow.flows.reverify import reverify_flow
 
-        result = reverify_flow(options=options, gym_config=dict(gym_config))
+        subflow = reverify_flow.with_options(task_runner=ThreadPoolTaskRunner(max_workers=1))
+        result = subflow(
+            options=options, gym_config=dict(gym_config), storage_options=storage.current_options()
+        )
         for line in result.console_lines:
             echo(line)
         return result.outcome

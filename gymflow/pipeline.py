@@ -22,6 +22,7 @@ from gymflow.aggregate import AggregateOptions, AggregateOutcome
 from gymflow.errors import GymflowError
 from gymflow.health import HealthOutcome
 from gymflow.join.run import JoinResult, JoinSettings
+from gymflow.reverify import ReverifyOptions, ReverifyOutcome
 
 logger = logging.getLogger(__name__)
 
@@ -47,7 +48,9 @@ class Steps(Protocol):
         use_cache: bool,
     ) -> HealthOutcome: ...
 
-    def reverify(self, options: Any, gym_config: Mapping[str, Any], echo: Echo) -> Any: ...
+    def reverify(
+        self, options: ReverifyOptions, gym_config: Mapping[str, Any], echo: Echo
+    ) -> ReverifyOutcome: ...
 
 
 @dataclass(frozen=True)
@@ -69,8 +72,8 @@ class PostOptions:
     health: HealthStep = field(default_factory=HealthStep)
     aggregate: AggregateOptions | None = None
     """Aggregate settings; ``input_glob``/``output`` are filled from ``shards``/``rollouts``."""
-    reverify: Any = None
-    """ReverifyOptions when the config enables the reverify step, else None."""
+    reverify: ReverifyOptions | None = None
+    """Set when the config enables the reverify step."""
     gym_config: Mapping[str, Any] = field(default_factory=dict)
     use_cache: bool = True
 
@@ -214,19 +217,18 @@ def run_post(options: PostOptions, steps: Steps, echo: Echo) -> PipelineSummary:
             StepReport("reverify", "skipped", lines=["not enabled (reverify.enabled=false)"])
         )
     else:
-        result = steps.reverify(options.reverify, options.gym_config, echo)
-        summary.steps.append(_reverify_report(result))
-        for name, count in getattr(result, "failures_by_class", {}).items():
+        reverified = steps.reverify(options.reverify, options.gym_config, echo)
+        summary.steps.append(_reverify_report(reverified))
+        for name, count in reverified.tally.failures.items():
             summary.failures[name] = summary.failures.get(name, 0) + count
     return summary
 
 
-def _reverify_report(result: Any) -> StepReport:
-    status: StepStatus = "up to date" if getattr(result, "verified", 1) == 0 else "ran"
-    reports = {"reverified": str(result.output)}
-    aggregate = getattr(result, "aggregate_path", None)
-    if aggregate:
-        reports["metrics"] = str(aggregate)
+def _reverify_report(outcome: ReverifyOutcome) -> StepReport:
+    status: StepStatus = "ran" if outcome.tally.verified else "up to date"
+    reports = {"reverified": outcome.output, "failures": outcome.sidecar}
+    if outcome.metrics_path:
+        reports["metrics"] = outcome.metrics_path
     return StepReport("reverify", status, reports)
 
 
@@ -268,7 +270,9 @@ class DirectSteps:
 
         return run_health(paths, report_dir, workers, ignored, use_cache=use_cache)
 
-    def reverify(self, options: Any, gym_config: Mapping[str, Any], echo: Echo) -> Any:
+    def reverify(
+        self, options: ReverifyOptions, gym_config: Mapping[str, Any], echo: Echo
+    ) -> ReverifyOutcome:
         from gymflow.reverify import run_reverify
 
         return run_reverify(options, gym_config, echo)

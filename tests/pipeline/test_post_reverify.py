@@ -1,0 +1,51 @@
+"""The reverify step of ``eval post`` against a real ``/verify`` server on 127.0.0.1: enabled by
+config, a judge outage lands in the sidecar and the summary, and the next ``eval post`` verifies
+only the row that failed."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gymflow.cli import main
+from tests.reverify.cases import write_jsonl
+from tests.reverify.server_process import ServerProcess, gym_config, mcqa_rows, start_server
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[ServerProcess]:
+    with start_server(log_dir=tmp_path) as running:
+        yield running
+
+
+@pytest.mark.parametrize("mode", [["--direct"], []], ids=["direct", "prefect"])
+def test_post_reverifies_and_recovers_only_the_failed_row(
+    mode: list[str], tmp_path: Path, server: ServerProcess, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = tmp_path / "run"
+    materialized, rollouts = mcqa_rows(5, 2, wrong=[(1, 0)])
+    write_jsonl(run / "shards" / "rollouts_shard_0.jsonl", rollouts[:5])
+    write_jsonl(run / "shards" / "rollouts_shard_1.jsonl", rollouts[5:])
+    write_jsonl(run / "rollouts_materialized_inputs.jsonl", materialized)
+    config = tmp_path / "post.yaml"
+    config.write_text(yaml.safe_dump({**gym_config({"mcqa": server}), "reverify": {"enabled": True}}))
+    server.set((3, 1), kind="judge_failed")
+
+    assert main(["eval", "post", str(run), "--config", str(config), *mode]) == 0
+    out = capsys.readouterr().out
+    summary = out.split("Summary:")[-1]
+    assert "reverify: ran" in summary and "failures by class: 1 judge_failed" in summary
+    assert len((run / "rollouts_reverified.jsonl").read_bytes().splitlines()) == 9
+    assert b'"_ng_failure_class":"judge_failed"' in (run / "rollouts_reverified_failures.jsonl").read_bytes()
+    assert (run / "rollouts_reverified_aggregate_metrics.json").is_file()
+    assert len(server.log("/verify")) == 10
+
+    server.reset()
+    assert main(["eval", "post", str(run), "--config", str(config), *mode]) == 0
+    again = capsys.readouterr().out.split("Summary:")[-1]
+    assert "aggregate: up to date" in again and "health-check: up to date" in again
+    assert [entry["key"] for entry in server.log("/verify")] == [[3, 1]]
+    assert len((run / "rollouts_reverified.jsonl").read_bytes().splitlines()) == 10
