@@ -153,8 +153,8 @@ def test_mutated_rows_give_one_error_line_or_strict_json_outputs(
             continue
         code, err, shard = _aggregate(base, bad, capsys)
         if code == 0:
-            for line in (base / "out" / "merged.jsonl").read_bytes().splitlines():
-                strict_json(line)
+            for raw in (base / "out" / "merged.jsonl").read_bytes().splitlines():
+                strict_json(raw)
             strict_json((base / "out" / "merged_aggregate_metrics.json").read_text())
         else:
             line = _one_error_line(err)
@@ -162,8 +162,8 @@ def test_mutated_rows_give_one_error_line_or_strict_json_outputs(
             assert any(text in line for text in expected), line
         code, err, rollouts = _join(base, bad, capsys)
         if code in (0, 1):  # 1: a row error (the row is written unchanged)
-            for line in (rollouts.parent / "rollouts_joined.jsonl").read_bytes().splitlines():
-                strict_json(line)
+            for raw in (rollouts.parent / "rollouts_joined.jsonl").read_bytes().splitlines():
+                strict_json(raw)
         else:
             line = _one_error_line(err)
             assert f"{rollouts}:{BAD_AT}" in line, line

@@ -47,16 +47,16 @@ def test_two_health_checks_with_different_parameters_never_leave_a_mix(tmp_path:
             ["eval", "health-check", str(run_dir), "--direct", "--no-cache", "--ignore", "model_call_failed"],
         ]
         processes = [start(args, env=env(GYMFLOW_LOCK_WAIT=wait)) for args in variants]
-        results = []
+        results: list[tuple[int, str, str]] = []
         for process in processes:
-            out, err = process.communicate(timeout=60)
-            results.append((process.returncode, out.decode(), err.decode()))
+            stdout, stderr = process.communicate(timeout=60)
+            results.append((process.returncode, stdout.decode(), stderr.decode()))
         for code, _, err in results:
             assert "Traceback" not in err
             if code != 0:
                 refused += 1
-                (line,) = err.strip().splitlines()
-                assert "is writing these outputs" in line and "pid " in line, line
+                (message,) = err.strip().splitlines()
+                assert "is writing these outputs" in message and "pid " in message, message
         assert any(code == 0 for code, _, _ in results)
         checks = provenance.verify(str(run_dir / "quality_summary.provenance.json"))
         assert all(check.status == "ok" for check in checks), checks
