@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from prefect import flow
-from prefect.utilities.annotations import quote
 
 from gymflow import storage
+from gymflow.flows._annotations import unwalked
 from gymflow.flows._publish import orchestrator, publish, record_inputs
 from gymflow.reverify import BatchResult, ReverifyOptions, ReverifyOutcome
 from gymflow.reverify._results import Destination
@@ -53,7 +53,8 @@ def reverify_flow(
     """Re-verify the selected rollouts through their resources servers' ``/verify``."""
     storage.configure(storage_options or {})
     lines: list[str] = []
-    plan = tasks.prepare(options, quote(gym_config), quote(lines.append), quote(warn or lines.append))
+    echo, warned = unwalked(lines.append), unwalked(warn or lines.append)
+    plan = tasks.prepare(options, unwalked(gym_config), echo, warned)
     total = len(plan.work)
     done = failures = cached = 0
 
@@ -67,9 +68,9 @@ def reverify_flow(
     try:
         for batch in plan.batches(BATCH_ROWS):
             before = done
-            future = tasks.verify_batch.submit(quote(plan), quote(batch), quote(on_row))
+            future = tasks.verify_batch.submit(unwalked(plan), unwalked(batch), unwalked(on_row))
             future.wait()
-            result: BatchResult = future.state.result(raise_on_failure=False)
+            result = future.state.result(raise_on_failure=False)
             if not isinstance(result, BatchResult):
                 raise result  # the task itself broke (not a row failure): stop, output stays resumable
             if done == before:  # a cache hit: no row completed in this run
@@ -78,11 +79,11 @@ def reverify_flow(
                 failures += len(result.failures)
                 if progress is not None:
                     progress(done, failures, total)
-            tasks.record_batch(quote(plan), quote(result), quote(lines.append))
+            tasks.record_batch(unwalked(plan), unwalked(result), unwalked(lines.append))
     except BaseException:
         plan.abort()
         raise
-    outcome = tasks.finish(quote(plan), quote(lines.append), orchestrator())
+    outcome = tasks.finish(unwalked(plan), unwalked(lines.append), orchestrator())
     reports = {"reverified rollouts": outcome.output, "failures sidecar": outcome.sidecar}
     if outcome.metrics_path:
         reports["aggregate metrics"] = outcome.metrics_path

@@ -16,7 +16,8 @@ from typing import Any
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
-from prefect.states import Completed, Failed, State
+from prefect.client.schemas.objects import State
+from prefect.states import Completed, Failed
 
 from gymflow import reverify
 from gymflow.reverify import BatchResult, ReverifyOptions, ReverifyOutcome, ReverifyPlan, Routed
