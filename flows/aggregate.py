@@ -1,6 +1,9 @@
-"""The ``eval aggregate`` flow: one task per shard, then merge, reduce and write (no logic here).
+"""The ``eval aggregate`` flows (no logic here).
 
-The console text is collected and returned, so the CLI prints the same lines as ``--direct``.
+``eval-aggregate`` is the command: :func:`gymflow.pipeline.aggregate_then_health` with each step a
+subflow. ``aggregate-shards`` is its first step (and ``eval post``'s): select and hash the shards,
+one task per shard, then merge, reduce and write. The console text is collected and returned, so
+the CLI prints the same lines as ``--direct``.
 """
 
 from __future__ import annotations
@@ -11,13 +14,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from prefect import flow
-from prefect.artifacts import create_markdown_artifact, create_table_artifact
-from prefect.runtime import flow_run
 
 from gymflow import aggregate as core
-from gymflow import provenance, storage
+from gymflow import pipeline, provenance, storage
 from gymflow.aggregate import AggregateOptions, AggregateOutcome
+from gymflow.config import RunnerConfig
 from gymflow.flows._annotations import unwalked
+from gymflow.flows._publish import orchestrator, publish, record_inputs
 from gymflow.tasks import aggregate as tasks
 
 
@@ -27,50 +30,48 @@ class FlowOutcome:
     console_lines: list[str] = field(default_factory=list)
 
 
-def _orchestrator() -> dict[str, Any]:
-    return {
-        "kind": "prefect",
-        "flow_run_id": flow_run.get_id(),
-        "flow_run_url": flow_run.get_flow_run_ui_url(),
-    }
+def _markdown(outcome: AggregateOutcome) -> str:
+    rows = ["# eval aggregate", "", "| group | key metrics |", "|---|---|"]
+    for entry in outcome.entries:
+        shown = ", ".join(f"{name} {value}" for name, value in entry.get("key_metrics", {}).items())
+        rows.append(f"| {entry['agent_ref']['name']} | {shown} |")
+    state = "up to date (nothing recomputed)" if outcome.up_to_date else "computed"
+    return "\n".join([*rows, "", f"{len(outcome.shards)} shard(s); {state}."])
 
 
 def _publish(outcome: AggregateOutcome) -> None:
-    rows = [
-        {"group": entry["agent_ref"]["name"], **{k: v for k, v in entry["key_metrics"].items()}}
-        for entry in outcome.entries
-    ]
-    create_table_artifact(rows, key="aggregate-key-metrics", description="key metrics per group")
-    create_markdown_artifact(
-        f"- merged rollouts: `{outcome.output if outcome.merged else '<not merged>'}`\n"
-        f"- aggregate metrics: `{outcome.metrics_path}`\n- provenance: `{outcome.record_path}`\n",
-        key="aggregate-outputs",
-    )
+    reports = {"aggregate metrics": outcome.metrics_path, "provenance": outcome.record_path}
+    if outcome.merged:
+        reports = {"merged rollouts": outcome.output, **reports}
+    publish("eval-aggregate", outcome.output, _markdown(outcome), record_inputs(outcome.record_path), reports)
 
 
-@flow(name="eval-aggregate", log_prints=False, validate_parameters=False)
+@flow(name="aggregate-shards", log_prints=False, validate_parameters=False)
 def aggregate_flow(options: AggregateOptions, storage_options: dict[str, Any] | None = None) -> FlowOutcome:
     """Merge the shards of ``options.input_glob`` into ``options.output`` and compute the metrics."""
     storage.configure(storage_options or {})
     lines: list[str] = []
     started_at = provenance.timestamp()
-    shards = core.select_shards(options.input_glob, options.output)
+    shards = tasks.select_shards(options)
     outcome = AggregateOutcome(
         shards, options.output, options.merge_shards, options.metrics_path, options.record_path, False
     )
     lines.append(f"Aggregating {len(shards)} shard(s):")
     lines.extend(f"  - {shard}" for shard in shards)
-    if core.is_up_to_date(shards, options):
+    digests = tasks.prehash(shards, options)
+    if tasks.up_to_date(shards, options, unwalked(digests)):
         outcome.up_to_date = True
+        outcome.entries = core.cached_entries(options)
         lines.append(core.up_to_date_line(options))
-        outcome.health_lines, outcome.health_error = core.run_health_after(options, shards)
-        lines.extend(outcome.health_lines)
+        _publish(outcome)
         return FlowOutcome(outcome, lines)
     spool_dir = tempfile.mkdtemp(prefix="gymflow-aggregate-")
     merged = None
     try:
         futures = [
-            tasks.scan_shard.submit(shard, index, options, spool_dir, storage.current_options())
+            tasks.scan_shard.submit(
+                shard, index, options, spool_dir, storage.current_options(), unwalked(digests)
+            )
             for index, shard in enumerate(shards)
         ]
         parts = [future.result() for future in futures]
@@ -82,8 +83,25 @@ def aggregate_flow(options: AggregateOptions, storage_options: dict[str, Any] | 
         shutil.rmtree(spool_dir, ignore_errors=True)
     # unwalked(): Prefect would otherwise walk every per-row number of these arguments for futures.
     reduction = tasks.reduce_metrics(unwalked(parts), options)
-    core.apply_server_metrics(reduction, options, shards)
-    tasks.write_outputs(unwalked(parts), unwalked(reduction), options, _orchestrator(), started_at, merged)
+    if options.server_metrics:
+        reduction = tasks.server_metrics(unwalked(reduction), options, shards)
+    tasks.write_outputs(unwalked(parts), unwalked(reduction), options, orchestrator(), started_at, merged)
     core.report_run(reduction, options, outcome, lines.append)
     _publish(outcome)
+    return FlowOutcome(outcome, lines)
+
+
+@flow(name="eval-aggregate", log_prints=False, validate_parameters=False)
+def aggregate_command(
+    options: AggregateOptions,
+    step_runner: RunnerConfig,
+    workers: int,
+    storage_options: dict[str, Any] | None = None,
+) -> FlowOutcome:
+    """``gymflow eval aggregate``: merge and metrics, then the health check (each a subflow)."""
+    from gymflow.flows._steps import FlowSteps
+
+    storage.configure(storage_options or {})
+    lines: list[str] = []
+    outcome, _, _ = pipeline.aggregate_then_health(options, FlowSteps(step_runner, workers), lines.append)
     return FlowOutcome(outcome, lines)

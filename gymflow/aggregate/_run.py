@@ -37,20 +37,20 @@ __all__ = [
     "apply_server_metrics",
     "banner_lines",
     "cache_key",
+    "cached_entries",
     "input_digests",
     "is_up_to_date",
     "loaded_line",
+    "prehash",
     "report_run",
     "up_to_date_line",
     "run_aggregate",
-    "run_health_after",
     "scan_part",
     "write_outputs",
 ]
 
 logger = logging.getLogger(__name__)
 COMMAND = "eval aggregate"
-HEALTH_FAILED = "Rollout health checks failed after aggregation; aggregate artifacts are still available."
 
 Echo = Callable[[str], None]
 
@@ -69,6 +69,7 @@ class AggregateOptions:
     settings: ReduceSettings = field(default_factory=ReduceSettings)
     agent_environments: Mapping[str, str] = field(default_factory=dict)
     config_files: tuple[str, ...] = ()
+    # The health step after aggregation (aggregate.md §1.8), run by gymflow.pipeline, not here.
     health_check: bool = True
     health_check_workers: int | None = None
     health_check_ignored: tuple[str, ...] = ()
@@ -121,8 +122,6 @@ class AggregateOutcome:
     up_to_date: bool
     entries: list[dict[str, Any]] = field(default_factory=list)
     coverage: Coverage | None = None
-    health_lines: list[str] = field(default_factory=list)
-    health_error: str | None = None
 
 
 def scan_part(shard: str, index: int, options: AggregateOptions, spool_dir: str | None) -> ShardPart:
@@ -245,11 +244,17 @@ def prehash(shards: Sequence[str], options: AggregateOptions) -> list[tuple[str,
     return out
 
 
-def is_up_to_date(shards: Sequence[str], options: AggregateOptions) -> bool:
-    """Whether the record at the output already covers these exact inputs and settings."""
+def is_up_to_date(
+    shards: Sequence[str],
+    options: AggregateOptions,
+    digests: Sequence[tuple[str, provenance.FileDigest]] | None = None,
+) -> bool:
+    """Whether the record at the output already covers these exact inputs and settings
+    (``digests``: :func:`prehash` of the shards, when the caller has it already)."""
     if not options.use_cache or not storage.isfile(options.record_path):
         return False
-    return provenance.up_to_date(options.record_path, cache_key(options, prehash(shards, options)))
+    known = digests if digests is not None else prehash(shards, options)
+    return provenance.up_to_date(options.record_path, cache_key(options, known))
 
 
 def write_outputs(
@@ -319,34 +324,12 @@ def banner_lines(options: AggregateOptions, coverage: Coverage | None) -> list[s
     return lines
 
 
-def run_health_after(options: AggregateOptions, shards: Sequence[str]) -> tuple[list[str], str | None]:
-    """§1.8: health checks on the merged file (or the shards); a failure is logged, not raised."""
-    if not options.health_check:
-        return [], None
-    try:
-        from gymflow.health import run_health
-
-        paths = [options.output] if options.merge_shards else list(shards)
-        outcome = run_health(
-            paths,
-            report_dir=storage.parent(options.output),
-            workers=options.health_check_workers,
-            ignored_checks=list(options.health_check_ignored),
-            use_cache=options.use_cache,
-        )
-    except Exception as exc:  # noqa: BLE001 - any failure here must not fail the command (§1.8)
-        logger.warning(HEALTH_FAILED)
-        logger.debug("health check failure", exc_info=True)
-        return [], f"{type(exc).__name__}: {exc}"
-    return [*outcome.console_line.splitlines(), f"Quality summary: {outcome.summary_url}"], None
-
-
 def run_aggregate(
     options: AggregateOptions,
     echo: Echo = _quiet,
     orchestrator: Mapping[str, Any] | None = None,
 ) -> AggregateOutcome:
-    """Run ``eval aggregate`` in-process: select, scan, merge, reduce, write, health, holding
+    """Merge and compute the metrics in-process: select, scan, merge, reduce, write, holding
     the run lock of the output (:mod:`gymflow.locking`) throughout."""
     with locking.run_lock(options.output, COMMAND):
         return _run_aggregate(options, echo, orchestrator)
@@ -366,9 +349,7 @@ def _run_aggregate(
     if is_up_to_date(shards, options):
         outcome.up_to_date = True
         echo(up_to_date_line(options))
-        outcome.health_lines, outcome.health_error = run_health_after(options, shards)
-        for line in outcome.health_lines:
-            echo(line)
+        outcome.entries = cached_entries(options)
         return outcome
     spool_dir = tempfile.mkdtemp(prefix="gymflow-aggregate-")
     try:
@@ -402,7 +383,7 @@ def _run_aggregate(
 def report_run(
     reduction: Reduction, options: AggregateOptions, outcome: AggregateOutcome, echo: Echo
 ) -> None:
-    """After the outputs are written: the reduce step's text, key metrics, banner, health (§1.6-§1.8)."""
+    """After the outputs are written: the reduce step's text, key metrics, banner (§1.6-§1.7)."""
     for line in reduction.lines:
         echo(line)
     for warning in reduction.warnings:  # each distinct text once per group (§3.9)
@@ -414,6 +395,12 @@ def report_run(
         echo(line)
     outcome.entries = reduction.entries
     outcome.coverage = reduction.coverage
-    outcome.health_lines, outcome.health_error = run_health_after(options, outcome.shards)
-    for line in outcome.health_lines:
-        echo(line)
+
+
+def cached_entries(options: AggregateOptions) -> list[dict[str, Any]]:
+    """The entries of the metrics file an up-to-date run found (for summaries and artifacts)."""
+    if not storage.isfile(options.metrics_path):
+        return []
+    with storage.open_read(options.metrics_path) as handle:
+        entries = orjson.loads(handle.read())
+    return entries if isinstance(entries, list) else []

@@ -196,9 +196,9 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace, extras: Seque
     configure_logging(args.verbose)
     try:
         if args.direct:
-            from gymflow.aggregate import run_aggregate
+            from gymflow.pipeline import DirectSteps, aggregate_then_health
 
-            run_aggregate(options, echo=_echo)
+            aggregate_then_health(options, DirectSteps(), _echo)
         else:
             _run_flow(settings, options, args.verbose)
     except GymflowError as exc:
@@ -211,15 +211,19 @@ def _run_flow(settings: GymflowConfig, options: Any, verbose: bool) -> None:
     from gymflow.flows import _environment
 
     _environment.prepare(settings.prefect, verbose)
-    from gymflow.flows._runtime import run_flow, task_runner
-    from gymflow.flows.aggregate import aggregate_flow
+    from prefect.task_runners import ThreadPoolTaskRunner
+
+    from gymflow.flows._runtime import run_flow
+    from gymflow.flows.aggregate import aggregate_command
     from gymflow.health import default_workers
 
-    limit = options.health_check_workers or default_workers()
+    # The command flow only composes subflows, each on the configured runner.
     outcome = run_flow(
-        aggregate_flow,
-        task_runner(settings.runner, limit),
+        aggregate_command,
+        ThreadPoolTaskRunner(max_workers=1),
         options=options,
+        step_runner=settings.runner,
+        workers=options.health_check_workers or default_workers(),
         storage_options=storage.current_options(),
     )
     for line in outcome.console_lines:

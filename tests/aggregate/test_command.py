@@ -10,19 +10,21 @@ from typing import Any
 import pytest
 
 from gymflow import provenance, storage
-from gymflow.aggregate import AggregateOptions, ReduceSettings, ScoreSpec, run_aggregate, select_shards
+from gymflow.aggregate import AggregateOptions, ReduceSettings, ScoreSpec, select_shards
 from gymflow.cli import main
 from gymflow.errors import InputError
+from gymflow.pipeline import DirectSteps, aggregate_then_health
 
 from .rows import mcqa_rows, row, write_jsonl
 
 
 def run(input_glob: str, output: str, **kwargs: Any) -> tuple[Any, list[str]]:
+    """``eval aggregate --direct``: the aggregate step, then the health step (gymflow.pipeline)."""
     lines: list[str] = []
     kwargs.setdefault("health_check", False)
     kwargs.setdefault("workers", 1)  # the process pool costs a second per run; one test covers it
-    outcome = run_aggregate(
-        AggregateOptions(input_glob=input_glob, output=output, **kwargs), echo=lines.append
+    outcome, _, run.health_error = aggregate_then_health(  # type: ignore[attr-defined]
+        AggregateOptions(input_glob=input_glob, output=output, **kwargs), DirectSteps(), lines.append
     )
     return outcome, lines
 
@@ -243,7 +245,7 @@ def test_14_health_on_by_default_off_and_failing(
         "Rollout health checks failed after aggregation; aggregate artifacts are still available."
         in caplog.text
     )
-    assert outcome.health_error == "RuntimeError: check exploded"
+    assert run.health_error == "RuntimeError: check exploded"  # type: ignore[attr-defined]
     assert (bad.parent / "m_aggregate_metrics.json").exists()
 
 
