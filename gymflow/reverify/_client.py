@@ -1,11 +1,21 @@
 """The ``/verify`` client: bounded concurrency, per-request timeouts, retries (reverify.md §4 points 1-2).
 
-httpx's API on aiohttp's transport (``httpx_aiohttp.AiohttpTransport``), one transport per call
-with keep-alive and a pool sized to the concurrency. Requests are ``httpx.Request`` objects sent
-straight to the transport: ``AsyncClient``'s per-request work (request merging, the cookie jar,
-redirect and auth hooks) cost 4x the transport's own time and none of it applies to ``/verify``.
-Tests inject a transport factory (``httpx.MockTransport``). Each request ends as an answer (a JSON
-object) or a failure (the §4 point 1 fields); nothing here raises for a single row.
+Two senders behind one retry/classification loop (:func:`_attempts`), so both classify every outcome
+identically (failure class and type, retried statuses, backoff with full jitter, ``Retry-After``,
+the per-request timeout):
+
+* the default, :class:`_AiohttpSender`: one ``aiohttp.ClientSession`` per :func:`verify_stream`
+  call (one call per direct run), a ``TCPConnector`` limited to the concurrency, keep-alive, the
+  prebuilt body bytes posted as they are. No per-request ``httpx`` objects: building an
+  ``httpx.Request``, ``Response.aread()`` and the ``httpx-aiohttp`` adapter cost twice aiohttp's own
+  time per request, and the adapter reports every aiohttp connection error as ``ConnectTimeout``;
+* an injected :data:`TransportFactory` (``httpx.MockTransport`` in unit tests, or any httpx
+  transport): :class:`_HttpxSender`, ``httpx.Request`` objects sent straight to the transport.
+
+Requests come from an iterator that is pulled lazily (at most ``concurrency`` rows built ahead), so
+a run keeps ``concurrency`` requests in flight across what used to be batch boundaries. Each
+request ends as an answer (a JSON object) or a failure (the §4 point 1 fields); nothing here raises
+for a single row.
 """
 
 from __future__ import annotations
@@ -14,20 +24,23 @@ import asyncio
 import functools
 import random
 import ssl
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import httpx
 import orjson
 
-__all__ = ["ClientSettings", "Request", "Result", "TransportFactory", "verify_requests"]
+__all__ = ["ClientSettings", "Request", "Result", "TransportFactory", "verify_requests", "verify_stream"]
 
 TransportFactory = Callable[[int], httpx.AsyncBaseTransport]
 """Builds the transport of one client, given the pool size."""
 
+T = TypeVar("T")
+
 _RETRIED = frozenset({429} | set(range(500, 600)))
 _HEADERS = httpx.Headers({"content-type": "application/json"})
+_AIO_HEADERS = {"Content-Type": "application/json"}
 _BODY_CHARS = 2000
 
 
@@ -57,23 +70,78 @@ class Result:
     failure: dict[str, Any] | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class _Reply:
+    """What a sender returns for an answered request."""
+
+    status: int
+    retry_after: str | None
+    body: bytes
+
+    @property
+    def text(self) -> str:
+        return self.body.decode("utf-8", errors="replace")
+
+
+class _Sender(Protocol):
+    async def post(self, request: Request) -> _Reply: ...
+
+
 @functools.cache
 def _ssl_context() -> ssl.SSLContext:
-    # Loading the CA bundle takes ~40 ms: once per process, not once per batch.
+    # Loading the CA bundle takes ~40 ms: once per process, not once per run.
     return httpx.create_ssl_context()
 
 
 def default_transport(pool: int) -> httpx.AsyncBaseTransport:
+    """An httpx transport on aiohttp (kept for callers that want httpx's API on the fast transport)."""
     from httpx_aiohttp import AiohttpTransport
 
     limits = httpx.Limits(max_connections=pool, max_keepalive_connections=pool)
     return AiohttpTransport(verify=_ssl_context(), limits=limits)
 
 
-def _retry_after(response: httpx.Response, cap: float) -> float | None:
-    if response.status_code not in (429, 503):
+class _AiohttpSender:
+    def __init__(self, session: Any) -> None:
+        self.session = session
+
+    async def post(self, request: Request) -> _Reply:
+        async with self.session.post(request.url, data=request.content, headers=_AIO_HEADERS) as response:
+            body = await response.read()
+            return _Reply(response.status, response.headers.get("Retry-After"), body)
+
+
+@functools.lru_cache(maxsize=256)
+def _url(url: str) -> httpx.URL:
+    # Parsing the URL was a third of httpx.Request's cost; a run posts to a handful of URLs.
+    return httpx.URL(url)
+
+
+class _HttpxSender:
+    def __init__(self, transport: httpx.AsyncBaseTransport, timeout_s: float) -> None:
+        self.transport = transport
+        self.timeouts = {name: timeout_s for name in ("connect", "read", "write", "pool")}
+
+    async def post(self, request: Request) -> _Reply:
+        wire = httpx.Request(
+            "POST",
+            _url(request.url),
+            content=request.content,
+            headers=_HEADERS,
+            extensions={"timeout": self.timeouts},
+        )
+        response = await self.transport.handle_async_request(wire)
+        try:
+            body = await response.aread()
+        finally:
+            await response.aclose()
+        return _Reply(response.status_code, response.headers.get("retry-after"), body)
+
+
+def _retry_after(reply: _Reply, cap: float) -> float | None:
+    if reply.status not in (429, 503):
         return None
-    raw = response.headers.get("retry-after", "").strip()
+    raw = (reply.retry_after or "").strip()
     try:
         value = float(raw)
     except ValueError:
@@ -97,124 +165,127 @@ def _failure(
     )
 
 
+def _aiohttp_errors() -> tuple[type[BaseException], ...]:
+    try:
+        import aiohttp
+    except ImportError:  # pragma: no cover - aiohttp is a dependency
+        return ()
+    return (aiohttp.ClientError,)
+
+
+_TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (TimeoutError, OSError, httpx.TransportError)
+
+
 def _is_timeout(exc: BaseException) -> bool:
     """Whether a transport failure is a timeout. httpx-aiohttp maps every aiohttp connection error
     (refused, reset, dropped) to ``httpx.ConnectTimeout``: look at the aiohttp cause instead."""
     if isinstance(exc, TimeoutError) and not isinstance(exc, httpx.TransportError):
-        return True
+        return True  # asyncio.timeout, aiohttp's ServerTimeoutError / ConnectionTimeoutError
     if not isinstance(exc, httpx.TimeoutException):
         return False
     cause = exc.__cause__
     if cause is None or type(cause).__module__.split(".")[0] != "aiohttp":
         return True
-    import aiohttp
-
-    return isinstance(cause, aiohttp.ServerTimeoutError | TimeoutError)
+    return isinstance(cause, TimeoutError)
 
 
-@functools.lru_cache(maxsize=256)
-def _url(url: str) -> httpx.URL:
-    # Parsing the URL was a third of httpx.Request's cost; a run posts to a handful of URLs.
-    return httpx.URL(url)
+def _error_type(exc: BaseException) -> str:
+    """The ``_ng_failure_type`` of a connection failure: ``ConnectError`` for a refused connection
+    whichever sender saw it, else the exception's class name."""
+    if isinstance(exc, httpx.ConnectTimeout) or type(exc).__name__ == "ClientConnectorError":
+        return "ConnectError"
+    return type(exc).__name__
 
 
-async def _send(
-    transport: httpx.AsyncBaseTransport, request: Request, timeouts: dict[str, float]
-) -> httpx.Response:
-    wire = httpx.Request(
-        "POST", _url(request.url), content=request.content, headers=_HEADERS, extensions={"timeout": timeouts}
-    )
-    response = await transport.handle_async_request(wire)
-    try:
-        await response.aread()
-    finally:
-        await response.aclose()
-    return response
+def _transport_failure(exc: BaseException, request: Request, timeout_s: float, attempt: int) -> Result:
+    if _is_timeout(exc):
+        message = f"POST {request.url} gave no answer within {timeout_s:g} s"
+        return _failure("verify_timeout", type(exc).__name__, message, None, None, attempt)
+    message = f"POST {request.url} failed: {exc or type(exc).__name__}"
+    return _failure("verify_connection_error", _error_type(exc), message, None, None, attempt)
 
 
-async def _one(transport: httpx.AsyncBaseTransport, request: Request, settings: ClientSettings) -> Result:
-    timeouts = {name: settings.timeout_s for name in ("connect", "read", "write", "pool")}
-    last: Result = _failure("verify_connection_error", "NoAttempt", "no attempt made", None, None, 0)
+def _answered(reply: _Reply, request: Request, attempt: int) -> Result:
+    status = reply.status
+    if 200 <= status < 300:
+        try:
+            answer = orjson.loads(reply.body)
+        except orjson.JSONDecodeError:
+            answer = None
+        if isinstance(answer, dict):
+            return Result(answer)
+        message = f"POST {request.url} answered HTTP {status} with a body that is not a JSON object"
+        return _failure("verify_invalid_response", "InvalidResponse", message, status, reply.text, attempt)
+    message = f"POST {request.url} answered HTTP {status}"
+    return _failure("verify_http_error", "HTTPStatusError", message, status, reply.text, attempt)
+
+
+async def _attempts(sender: _Sender, request: Request, settings: ClientSettings, errors: Any) -> Result:
+    last = _failure("verify_connection_error", "NoAttempt", "no attempt made", None, None, 0)
     for attempt in range(1, settings.max_attempts + 1):
         wait: float | None = None
         try:
             async with asyncio.timeout(settings.timeout_s):
-                response = await _send(transport, request, timeouts)
-        except (TimeoutError, httpx.TransportError) as exc:
-            if _is_timeout(exc):
-                last = _failure(
-                    "verify_timeout",
-                    type(exc).__name__,
-                    f"POST {request.url} gave no answer within {settings.timeout_s:g} s",
-                    None,
-                    None,
-                    attempt,
-                )
-            else:
-                last = _failure(
-                    "verify_connection_error",
-                    "ConnectError" if isinstance(exc, httpx.ConnectTimeout) else type(exc).__name__,
-                    f"POST {request.url} failed: {exc or type(exc).__name__}",
-                    None,
-                    None,
-                    attempt,
-                )
+                reply = await sender.post(request)
+        except errors as exc:
+            last = _transport_failure(exc, request, settings.timeout_s, attempt)
         else:
-            status = response.status_code
-            if 200 <= status < 300:
-                try:
-                    answer = orjson.loads(response.content)
-                except orjson.JSONDecodeError:
-                    answer = None
-                if isinstance(answer, dict):
-                    return Result(answer)
-                return _failure(
-                    "verify_invalid_response",
-                    "InvalidResponse",
-                    f"POST {request.url} answered HTTP {status} with a body that is not a JSON object",
-                    status,
-                    response.text,
-                    attempt,
-                )
-            last = _failure(
-                "verify_http_error",
-                "HTTPStatusError",
-                f"POST {request.url} answered HTTP {status}",
-                status,
-                response.text,
-                attempt,
-            )
-            if status not in _RETRIED:
+            last = _answered(reply, request, attempt)
+            if last.answer is not None or reply.status not in _RETRIED:
                 return last
-            wait = _retry_after(response, settings.retry_after_cap_s)
+            wait = _retry_after(reply, settings.retry_after_cap_s)
         if attempt < settings.max_attempts:
             if wait is None:
-                wait = random.uniform(
-                    0.0, min(settings.backoff_cap_s, settings.backoff_base_s * 2 ** (attempt - 1))
-                )
+                cap = min(settings.backoff_cap_s, settings.backoff_base_s * 2 ** (attempt - 1))
+                wait = random.uniform(0.0, cap)
             await asyncio.sleep(wait)
     return last
 
 
-async def _verify_all(
-    requests: Sequence[Request],
+async def _drive(
+    items: Iterator[tuple[T, Request]],
+    sender: _Sender,
     settings: ClientSettings,
-    on_result: Callable[[int, Result], None],
-    transport: TransportFactory | None,
+    on_result: Callable[[T, Result], None],
+    workers: int,
 ) -> None:
-    pool = max(1, min(settings.concurrency, len(requests)))
-    factory = transport or default_transport
-    async with factory(pool) as sender:
-        position = 0
+    errors = _TRANSPORT_ERRORS + _aiohttp_errors()
 
-        async def worker() -> None:
-            nonlocal position
-            while position < len(requests):
-                index = position
-                position += 1
-                on_result(index, await _one(sender, requests[index], settings))
+    async def worker() -> None:
+        # Pulling from the shared iterator is synchronous: no two workers ever build the same row.
+        for tag, request in items:
+            on_result(tag, await _attempts(sender, request, settings, errors))
 
-        await asyncio.gather(*(worker() for _ in range(pool)))
+    async with asyncio.TaskGroup() as group:
+        for _ in range(workers):
+            group.create_task(worker())
+
+
+async def verify_stream(
+    items: Iterable[tuple[T, Request]],
+    settings: ClientSettings,
+    on_result: Callable[[T, Result], None],
+    transport: TransportFactory | None = None,
+    *,
+    pool: int | None = None,
+) -> None:
+    """POST every request of ``items`` (pulled lazily), at most ``settings.concurrency`` in flight,
+    calling ``on_result(tag, result)`` in completion order. An exception from ``items`` or
+    ``on_result`` cancels the requests in flight and propagates."""
+    workers = max(1, min(settings.concurrency, pool if pool is not None else settings.concurrency))
+    iterator = iter(items)
+    if transport is not None:
+        async with transport(workers) as sent:
+            await _drive(iterator, _HttpxSender(sent, settings.timeout_s), settings, on_result, workers)
+        return
+    import aiohttp
+
+    connector = aiohttp.TCPConnector(limit=workers, ssl=_ssl_context())
+    timeout = aiohttp.ClientTimeout(total=None)
+    async with aiohttp.ClientSession(
+        connector=connector, timeout=timeout, cookie_jar=aiohttp.DummyCookieJar()
+    ) as s:
+        await _drive(iterator, _AiohttpSender(s), settings, on_result, workers)
 
 
 def verify_requests(
@@ -227,8 +298,13 @@ def verify_requests(
     result)`` in completion order. Runs its own event loop: callable from any thread."""
     if not requests:
         return
+    run(verify_stream(enumerate(requests), settings, on_result, transport, pool=len(requests)))
+
+
+def run(coroutine: Any) -> None:
+    """Run ``coroutine`` to completion on a new event loop (uvloop's when installed)."""
     with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-        runner.run(_verify_all(requests, settings, on_result, transport))
+        runner.run(coroutine)
 
 
 def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import os
+import tempfile
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -13,6 +16,7 @@ from gymflow.errors import InputError
 
 __all__ = [
     "Key",
+    "Materialized",
     "build_body",
     "content_sha256",
     "iter_rows",
@@ -81,16 +85,96 @@ def iter_rows(url: str) -> Iterator[tuple[int, int, bytes, dict[str, Any]]]:
         yield number, offset, raw, parse_row(url, number, raw)
 
 
-def read_materialized(url: str, warn: Warn) -> dict[Key, bytes]:
+class Materialized:
+    """Materialized lines by key, kept as ``(offset, length)`` in a local file and read back on demand
+    (memory per row: one dict entry, whatever the row size). A local input is read in place; a remote
+    one is spooled once into a temporary file, removed by :meth:`close` (or when the index is
+    garbage-collected)."""
+
+    def __init__(self, path: str, spans: dict[Key, int], spooled: bool) -> None:
+        self.path = path
+        self.spans = spans  # offset << 32 | length
+        self.spooled = spooled
+        self._fd: int | None = None
+        self._cleanup = weakref.finalize(self, _remove, path) if spooled else None
+
+    def __len__(self) -> int:
+        return len(self.spans)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.spans
+
+    def get(self, key: Key) -> bytes | None:
+        """The exact line bytes of ``key`` (without terminator), or None."""
+        span = self.spans.get(key)
+        if span is None:
+            return None
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        length = span & 0xFFFFFFFF
+        data = os.pread(self._fd, length, span >> 32)
+        if len(data) != length:
+            raise InputError(f"materialized inputs {self.path!r} changed while reverify was reading them")
+        return data
+
+    def __getitem__(self, key: Key) -> bytes:
+        data = self.get(key)
+        if data is None:
+            raise KeyError(key)
+        return data
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        if self._cleanup is not None:
+            self._cleanup()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_fd"] = None
+        state["_cleanup"] = None
+        return state
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def read_materialized(url: str, warn: Warn) -> Materialized:
     """Materialized rows by key (exact line bytes, without terminator); the last row of a key wins
     and one warning names the repeated keys."""
-    rows: dict[Key, bytes] = {}
+    spans: dict[Key, int] = {}
     repeated: dict[Key, None] = {}
-    for number, _, raw, row in iter_rows(url):
-        key = row_key(url, number, row)
-        if key in rows:
-            repeated[key] = None
-        rows[key] = raw
+    local = storage.is_local(url)
+    spool: Any = None
+    path = storage.to_uri(url)
+    if local:
+        path = path.removeprefix("file://")
+    else:
+        fd, path = tempfile.mkstemp(prefix="gymflow-materialized-", suffix=".jsonl")
+        spool = os.fdopen(fd, "wb")
+    written = 0
+    try:
+        for number, offset, raw, row in iter_rows(url):
+            key = row_key(url, number, row)
+            if key in spans:
+                repeated[key] = None
+            if spool is not None:
+                spool.write(raw + b"\n")
+                offset = written
+                written += len(raw) + 1
+            spans[key] = offset << 32 | len(raw)
+    except BaseException:
+        if spool is not None:
+            spool.close()
+            _remove(path)
+        raise
+    if spool is not None:
+        spool.close()
     if repeated:
         keys = list(repeated)
         shown = ", ".join(repr(k) for k in keys[:10]) + (", ..." if len(keys) > 10 else "")
@@ -98,7 +182,7 @@ def read_materialized(url: str, warn: Warn) -> dict[Key, bytes]:
             f"{len(keys)} materialized input key(s) repeated in {url!r}; the last row of each is used: "
             f"[{shown}]"
         )
-    return rows
+    return Materialized(path, spans, spooled=spool is not None)
 
 
 def content_sha256(materialized: bytes, source: bytes) -> str:

@@ -22,7 +22,7 @@ from gymflow.errors import GymflowError
 from gymflow.gym_config import Routing
 from gymflow.reverify import _guard
 from gymflow.reverify._client import ClientSettings, TransportFactory
-from gymflow.reverify._inputs import Key, build_body, read_materialized
+from gymflow.reverify._inputs import Key, Materialized, build_body, read_materialized
 from gymflow.reverify._migrate import migrate_invalid_judge_rows
 from gymflow.reverify._options import ReverifyOptions
 from gymflow.reverify._outputs import (
@@ -101,7 +101,7 @@ class ReverifyPlan:
     routing: Routing
     paths: OutputPaths
     source: str | None
-    materialized: dict[Key, bytes]
+    materialized: Materialized | None
     items: list[Item]
     work: list[Work]
     urls: dict[str, str]
@@ -127,25 +127,30 @@ class ReverifyPlan:
             max_attempts=self.options.verify_max_attempts,
         )
 
-    def batches(self, size: int = 1000) -> Iterator[list[Routed]]:
-        """The rows still to verify in batches of at most ``size``, read lazily from the source."""
-        if size < 1:
-            raise ValueError(f"batch size must be at least 1, not {size}")
+    def rows(self) -> Iterator[Routed]:
+        """The rows still to verify, in work order, read lazily from the source."""
         if self.options.atif:
-            for start in range(0, len(self.work), size):
-                yield [self._routed(w, self.items[w.position]) for w in self.work[start : start + size]]
+            for w in self.work:
+                yield self._routed(w, self.items[w.position])
             return
-        if not self.work or self.source is None:
+        if not self.work or self.source is None or self.materialized is None:
             return
+        materialized = self.materialized
         wanted = {w.position: w for w in self.work}
-        batch: list[Routed] = []
         for offset, line in storage.iter_lines(self.source):
             work = wanted.get(offset)
             if work is None:
                 continue
-            row = orjson.loads(line)
-            body = build_body(orjson.loads(self.materialized[work.key]), row)
-            batch.append(self._routed(work, Item(work.task, work.rollout, body, "", "gym")))
+            body = build_body(orjson.loads(materialized[work.key]), orjson.loads(line))
+            yield self._routed(work, Item(work.task, work.rollout, body, "", "gym"))
+
+    def batches(self, size: int = 1000) -> Iterator[list[Routed]]:
+        """The rows still to verify in batches of at most ``size``, read lazily from the source."""
+        if size < 1:
+            raise ValueError(f"batch size must be at least 1, not {size}")
+        batch: list[Routed] = []
+        for routed in self.rows():
+            batch.append(routed)
             if len(batch) >= size:
                 yield batch
                 batch = []
@@ -158,6 +163,9 @@ class ReverifyPlan:
     def append(self, which: str, line: bytes) -> None:
         handle = self.files[which]
         handle.write(line)
+
+    def flush_file(self, which: str) -> None:
+        self.files[which].flush()
 
     def flush(self) -> None:
         for handle in self.files.values():
@@ -182,7 +190,7 @@ def _select(
     options: ReverifyOptions,
     routing: Routing,
     hashes: VerifierHashes,
-    materialized: dict[Key, bytes],
+    materialized: Materialized | None,
     warn: Echo,
     exclude: set[Key],
 ) -> tuple[Selection, list[Item], str | None]:
@@ -202,6 +210,7 @@ def _select(
     source = options.rollouts_jsonl_fpath
     if options.judge_failed_only:
         source = derived(source)[0]
+    assert materialized is not None
     selection = select_native(
         source,
         materialized,
@@ -228,7 +237,7 @@ def prepare(
     started = provenance.timestamp()
     routing = Routing.of(gym_config)
     hashes = VerifierHashes(gym_config)
-    materialized: dict[Key, bytes] = {}
+    materialized: Materialized | None = None
     exclude: set[Key] = set()
     if not options.atif:
         assert options.rollouts_jsonl_fpath is not None
@@ -256,6 +265,8 @@ def prepare(
         if message:
             warn(message)
     stack = ExitStack()
+    if materialized is not None:
+        stack.callback(materialized.close)
     from gymflow import lifeline
 
     try:
@@ -290,7 +301,7 @@ def _open_plan(
     warn: Echo,
     routing: Routing,
     hashes: VerifierHashes,
-    materialized: dict[Key, bytes],
+    materialized: Materialized | None,
     selection: Selection,
     items: list[Item],
     source: str | None,

@@ -1,4 +1,10 @@
-"""The direct path: prepare, verify and record each batch, finish (reverify.md §5 without Prefect)."""
+"""The direct path: prepare, verify every row as one stream, finish (reverify.md §5 without Prefect).
+
+One event loop and one connection pool for the whole run: the client pulls rows lazily from the
+source, keeps ``--concurrency`` requests in flight from the first row to the last (no drain at batch
+boundaries), and each completed row is appended and flushed at once (§2.6 point 4), so a killed run
+leaves every completed row in the output or the sidecar for ``--resume``.
+"""
 
 from __future__ import annotations
 
@@ -7,12 +13,11 @@ from typing import Any
 
 import httpx
 
-from gymflow.reverify._client import TransportFactory
+from gymflow.reverify._client import Result, TransportFactory, run, verify_stream
 from gymflow.reverify._finish import ReverifyOutcome, finish
 from gymflow.reverify._options import ReverifyOptions
-from gymflow.reverify._plan import Echo, prepare
-from gymflow.reverify._results import Destination
-from gymflow.reverify._verify import record_batch, verify_batch
+from gymflow.reverify._plan import Echo, Routed, prepare
+from gymflow.reverify._verify import completed_row, record_row, requests_of
 
 __all__ = ["Progress", "run_reverify"]
 
@@ -32,14 +37,20 @@ def run_reverify(
     guard_transport: httpx.BaseTransport | None = None,
     batch_size: int = 1000,
 ) -> ReverifyOutcome:
-    """The whole command in-process. On any interruption the output is left resumable."""
+    """The whole command in-process. On any interruption the output is left resumable.
+
+    ``batch_size`` is accepted for compatibility; rows are streamed and recorded one by one.
+    """
+    del batch_size
     plan = prepare(options, gym_config, echo, warn=warn, transport=transport, guard_transport=guard_transport)
     total = len(plan.work)
     done = 0
     failures = 0
 
-    def on_row(destination: Destination, _: dict[str, Any]) -> None:
+    def on_result(routed: Routed, outcome: Result) -> None:
         nonlocal done, failures
+        destination, row = completed_row(plan, routed, outcome)
+        record_row(plan, destination, row, echo)
         done += 1
         if destination == "sidecar":
             failures += 1
@@ -47,8 +58,11 @@ def run_reverify(
             progress(done, failures, total)
 
     try:
-        for batch in plan.batches(batch_size):
-            record_batch(plan, verify_batch(plan, batch, on_row), echo)
+        if total:
+            stream = verify_stream(
+                requests_of(plan.rows()), plan.settings, on_result, plan.transport, pool=total
+            )
+            run(stream)
     except BaseException:
         plan.abort()
         raise

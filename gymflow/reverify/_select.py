@@ -13,7 +13,15 @@ import orjson
 from gymflow import storage
 from gymflow.errors import InputError
 from gymflow.gym_config import Routing, verifier_sha256
-from gymflow.reverify._inputs import Key, build_body, content_sha256, iter_rows, missing_response, row_key
+from gymflow.reverify._inputs import (
+    Key,
+    Materialized,
+    build_body,
+    content_sha256,
+    iter_rows,
+    missing_response,
+    row_key,
+)
 from gymflow.reverify._results import reverify_key
 
 __all__ = ["RECOVERED_CLASSES", "Selection", "Work", "check_multistage", "select_native", "work_of_items"]
@@ -85,7 +93,7 @@ def unmatched_row(key: Key, row: Mapping[str, Any], raw: bytes) -> dict[str, Any
 
 def select_native(
     source: str,
-    materialized: Mapping[Key, bytes],
+    materialized: Materialized,
     routing: Routing,
     hashes: VerifierHashes,
     *,

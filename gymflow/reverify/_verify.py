@@ -3,17 +3,25 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
-from gymflow.reverify._client import Request, Result, verify_requests
+from gymflow.reverify._client import Request, Result, run, verify_stream
 from gymflow.reverify._plan import Echo, ReverifyPlan, Routed
 from gymflow.reverify._results import Destination, alarm_line, classify, stamp
 
-__all__ = ["BatchResult", "OnRow", "record_batch", "verify_batch"]
+__all__ = [
+    "BatchResult",
+    "OnRow",
+    "completed_row",
+    "record_batch",
+    "record_row",
+    "requests_of",
+    "verify_batch",
+]
 
 OnRow = Callable[[Destination, dict[str, Any]], None]
 """Called once per completed row with where it goes and the stamped row."""
@@ -47,23 +55,33 @@ def _request(routed: Routed) -> Request:
     return Request(f"{routed.url}/verify", dumps(body)[:-1])
 
 
+def requests_of(rows: Iterable[Routed]) -> Iterator[tuple[Routed, Request]]:
+    """Each row with its POST, built when the client pulls it."""
+    for routed in rows:
+        yield routed, _request(routed)
+
+
+def completed_row(plan: ReverifyPlan, routed: Routed, outcome: Result) -> tuple[Destination, dict[str, Any]]:
+    """The stamped row of one outcome and where it goes (§2.6 steps 1-3, §4 point 1)."""
+    if outcome.answer is not None:
+        row = stamp(
+            outcome.answer, routed.item.body, routed.reverify_key, plan.options.retry_invalid_judge_responses
+        )
+    else:
+        row = stamp({}, routed.item.body, routed.reverify_key, False)
+        row.update(outcome.failure or {})
+    return classify(row, plan.options.atif), row
+
+
 def verify_batch(plan: ReverifyPlan, batch: list[Routed], on_row: OnRow | None = None) -> BatchResult:
     """Verify ``batch`` (at most ``--concurrency`` requests in flight, per-row retries inside).
 
     Runs its own event loop, so it may be called from a worker thread. Nothing is written here.
     """
     result = BatchResult()
-    atif = plan.options.atif
-    retry_invalid = plan.options.retry_invalid_judge_responses
 
-    def on_result(index: int, outcome: Result) -> None:
-        routed = batch[index]
-        if outcome.answer is not None:
-            row = stamp(outcome.answer, routed.item.body, routed.reverify_key, retry_invalid)
-        else:
-            row = stamp({}, routed.item.body, routed.reverify_key, False)
-            row.update(outcome.failure or {})
-        destination = classify(row, atif)
+    def on_result(routed: Routed, outcome: Result) -> None:
+        destination, row = completed_row(plan, routed, outcome)
         if destination == "none":
             result.no_persist += 1
         else:
@@ -73,8 +91,25 @@ def verify_batch(plan: ReverifyPlan, batch: list[Routed], on_row: OnRow | None =
         if on_row is not None:
             on_row(destination, row)
 
-    verify_requests([_request(r) for r in batch], plan.settings, on_result, plan.transport)
+    if batch:
+        run(verify_stream(requests_of(batch), plan.settings, on_result, plan.transport, pool=len(batch)))
     return result
+
+
+def record_row(plan: ReverifyPlan, destination: Destination, row: dict[str, Any], echo: Echo) -> None:
+    """Append one completed row (compact JSON) and flush it; count it; the 🚨 line of a failure."""
+    tally = plan.tally
+    tally.verified += 1
+    if destination == "none":
+        tally.no_persist += 1
+        return
+    plan.append(destination, dumps(row))
+    plan.flush_file(destination)
+    if destination == "output":
+        tally.succeeded += 1
+    else:
+        tally.failed(str(row.get("_ng_failure_class")))
+        echo(alarm_line(row))
 
 
 def record_batch(plan: ReverifyPlan, result: BatchResult, echo: Echo) -> None:
