@@ -5,40 +5,33 @@ It composes tasks only; every rule lives in ``gymflow.health``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from prefect import flow
-from prefect.artifacts import create_markdown_artifact, create_table_artifact
-from prefect.runtime import flow_run
 
 from gymflow import health, provenance, storage
 from gymflow.flows._annotations import unwalked
+from gymflow.flows._publish import orchestrator, publish, record_inputs
 from gymflow.flows._runtime import process_pool
 from gymflow.health import HealthOutcome
 from gymflow.tasks import health as tasks
 
 
-def _orchestrator() -> dict[str, Any]:
-    return {
-        "kind": "prefect",
-        "flow_run_id": flow_run.get_id(),
-        "flow_run_url": flow_run.get_flow_run_ui_url(),
-    }
-
-
-def _publish(outcome: HealthOutcome) -> None:
+def _publish(outcome: HealthOutcome, report_dir: str) -> None:
+    """The run's artifacts (also for a cached run: they link the reports it found up to date)."""
     run = outcome.summary["run"]
-    rows = [{"verdict": verdict, "rollouts": count} for verdict, count in run["verdicts"].items()]
-    rows += [
-        {"verdict": f"issue: {check}", "rollouts": count} for check, count in run["issues"].items() if count
-    ]
-    create_table_artifact(rows, key="rollout-health", description=outcome.console_line)
-    create_markdown_artifact(
-        f"**{outcome.console_line}**\n\n- quality summary: `{outcome.summary_url}`\n"
-        f"- provenance: `{outcome.record_url}`\n",
-        key="rollout-health-reports",
-    )
+    rows = ["| verdict | rollouts |", "|---|---|"]
+    rows += [f"| {verdict} | {count} |" for verdict, count in run["verdicts"].items()]
+    rows += [f"| issue: {check} | {count} |" for check, count in run["issues"].items() if count]
+    state = " (up to date: nothing recomputed)" if outcome.up_to_date else ""
+    markdown = "\n".join([f"# eval health-check\n\n**{outcome.console_line}**{state}\n", *rows])
+    reports = {
+        "quality summary": outcome.summary_url,
+        "rollout verdicts": storage.join(report_dir, "rollout_verdicts.jsonl"),
+        "provenance": outcome.record_url,
+    }
+    publish("eval-health-check", report_dir, markdown, record_inputs(outcome.record_url), reports)
 
 
 @flow(name="eval-health-check", log_prints=False)
@@ -50,10 +43,12 @@ def health_check(
     use_cache: bool = True,
     storage_options: dict[str, dict[str, Any]] | None = None,
     offload_workers: int | None = None,
+    progress: Callable[[int], None] | None = None,
 ) -> HealthOutcome:
     """Health-check rollout files and write reports and provenance into ``report_dir``.
 
-    With ``offload_workers``, range tasks hand their work to that many core-only processes.
+    With ``offload_workers``, range tasks hand their work to that many core-only processes;
+    ``progress`` is advanced by each range's bytes as it completes.
     """
     storage.configure(storage_options or {})
     started_at = provenance.timestamp()
@@ -62,7 +57,9 @@ def health_check(
     summary_url = storage.join(report_dir, "quality_summary.json")
     record_url = provenance.record_path(summary_url)
     if use_cache and provenance.up_to_date(record_url, health.cache_key(plan, inputs)):
-        return health.cached_outcome(summary_url, record_url)
+        cached = health.cached_outcome(summary_url, record_url)
+        _publish(cached, report_dir)
+        return cached
     sha_by_source = [digest.sha256 for digest in inputs]
     with process_pool(offload_workers and min(offload_workers, len(plan.ranges))) as pool:
         futures = [
@@ -71,7 +68,11 @@ def health_check(
             )
             for byte_range in plan.ranges
         ]
-        results = [future.result() for future in futures]
+        results = []
+        for byte_range, future in zip(plan.ranges, futures, strict=True):
+            results.append(future.result())
+            if progress is not None:
+                progress(byte_range.end - byte_range.start)
     # unwalked(): Prefect would otherwise walk every row of these arguments looking for futures.
     report = tasks.reduce_report(plan, unwalked(results))
     write = tasks.write_reports.with_options(
@@ -81,6 +82,6 @@ def health_check(
         ],
         asset_deps=[digest.uri for digest in inputs],
     )
-    outcome = write(plan, unwalked(report), report_dir, inputs, _orchestrator(), started_at)
-    _publish(outcome)
+    outcome = write(plan, unwalked(report), report_dir, inputs, orchestrator(), started_at)
+    _publish(outcome, report_dir)
     return outcome

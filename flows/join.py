@@ -9,36 +9,29 @@ from __future__ import annotations
 from typing import Any
 
 from prefect import flow
-from prefect.artifacts import create_markdown_artifact, create_table_artifact
-from prefect.runtime import flow_run
 
 from gymflow import provenance, storage
+from gymflow.flows._publish import orchestrator, publish, record_inputs
 from gymflow.join.run import JoinResult, JoinSettings, missing_capture_warning, part_urls, remove_parts
 from gymflow.join.stats import JoinStats, summary_paragraph
 from gymflow.tasks import join as tasks
 
 
-def _orchestrator() -> dict[str, Any]:
-    return {
-        "kind": "prefect",
-        "flow_run_id": flow_run.get_id(),
-        "flow_run_url": flow_run.get_flow_run_ui_url(),
-    }
-
-
 def _publish(result: JoinResult) -> None:
+    """The run's artifacts (also for a cached run: they link the output it found up to date)."""
     summary = result.summary
-    rows = [
-        {"measure": k, "value": summary[k]}
-        for k in ("rows", "merged", "projected", "projection_failed", "perf_rows", "row_errors")
-    ]
-    rows += [{"measure": f"gap: {code}", "value": count} for code, count in summary["gap_counts"].items()]
-    create_table_artifact(rows, key="evidence-join", description=summary_paragraph(summary))
-    create_markdown_artifact(
-        f"**{summary_paragraph(summary)}**\n\n- joined rollouts: `{result.settings.output}`\n"
-        f"- provenance: `{result.record_url}`\n",
-        key="evidence-join-outputs",
-    )
+    if result.up_to_date:
+        markdown = "# eval join\n\nJoined rollouts are up to date: nothing recomputed."
+    else:
+        rows = ["| measure | value |", "|---|---|"]
+        rows += [
+            f"| {k} | {summary[k]} |"
+            for k in ("rows", "merged", "projected", "projection_failed", "perf_rows", "row_errors")
+        ]
+        rows += [f"| gap: {code} | {count} |" for code, count in summary["gap_counts"].items()]
+        markdown = "\n".join([f"# eval join\n\n**{summary_paragraph(summary)}**\n", *rows])
+    reports = {"joined rollouts": result.settings.output, "provenance": result.record_url}
+    publish("eval-join", result.settings.output, markdown, record_inputs(result.record_url), reports)
 
 
 @flow(name="eval-join", log_prints=False)
@@ -53,7 +46,9 @@ def join_flow(
     started_at = provenance.timestamp()
     record_url = provenance.record_path(settings.output)
     if use_cache and tasks.up_to_date(settings):
-        return JoinResult(settings, {}, record_url, up_to_date=True)
+        cached = JoinResult(settings, {}, record_url, up_to_date=True)
+        _publish(cached)
+        return cached
     warnings = missing_capture_warning(settings)
     rollouts = tasks.hash_input.submit(settings.rollouts)
     ranges = tasks.plan_ranges(settings, workers)
@@ -70,7 +65,7 @@ def join_flow(
     finally:
         remove_parts(parts)
     record_url = tasks.write_provenance(
-        settings, stats, rollouts.result(), output, _orchestrator(), started_at
+        settings, stats, rollouts.result(), output, orchestrator(), started_at
     )
     result = JoinResult(settings, stats.summary(), record_url, warnings, list(stats.errors))
     _publish(result)

@@ -140,15 +140,21 @@ def _run_flow(
     from gymflow.flows.health import health_check
 
     runner, offload = offloading_runner(config.runner, workers if workers is not None else default_workers())
-    outcome: HealthOutcome = run_flow(
-        health_check,
-        runner,
-        offload_workers=offload,
-        paths=[path],
-        report_dir=run_dir,
-        workers=workers,
-        ignored_checks=list(ignored),
-        use_cache=use_cache,
-        storage_options=storage.current_options(),
-    )
+    bar = progress_bar(storage.size(path), "health-check")
+    try:
+        outcome: HealthOutcome = run_flow(
+            health_check,
+            runner,
+            offload_workers=offload,
+            paths=[path],
+            report_dir=run_dir,
+            workers=workers,
+            ignored_checks=list(ignored),
+            use_cache=use_cache,
+            storage_options=storage.current_options(),
+            progress=bar,
+        )
+    finally:
+        if bar is not None:
+            bar.close()
     return outcome
