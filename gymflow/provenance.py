@@ -212,9 +212,32 @@ def _is_entry(entry: Any) -> bool:
     )
 
 
-def _check(entry: Mapping[str, Any]) -> FileStatus:
-    """Compare one listed file with its bytes now; a size mismatch skips the hashing."""
-    uri: str = entry["uri"]
+def written_beside(record: Mapping[str, Any], record_url: str) -> str | None:
+    """The directory the record was written in: that of its primary output, the listed output
+    named like the record (``<stem>.provenance.json`` beside ``<stem>.*``)."""
+    stem = storage.name(record_url).removesuffix(RECORD_SUFFIX)
+    for entry in record.get("outputs", []):
+        uri = str(entry["uri"])
+        name = storage.name(uri)
+        if name == stem or name.rsplit(".", 1)[0] == stem:
+            return uri[: len(uri) - len(name)]
+    return None
+
+
+def located(entry: Mapping[str, Any], record_url: str, origin: str | None) -> str:
+    """Where a listed file is now. A file that was under the record's directory (``origin``) is
+    looked for first at the same relative path beside the record where it is now, so a copied or
+    moved run directory is checked in place; anything else at its recorded URI."""
+    uri = str(entry["uri"])
+    if origin and uri.startswith(origin):
+        here = storage.join(storage.parent(record_url), uri[len(origin) :])
+        if storage.isfile(here):
+            return here
+    return uri
+
+
+def _check(uri: str, entry: Mapping[str, Any]) -> FileStatus:
+    """Compare one listed file (now at ``uri``) with its bytes; a size mismatch skips the hashing."""
     if not storage.isfile(uri):
         return "missing"
     if storage.size(uri) != entry["bytes"]:
@@ -232,8 +255,9 @@ def up_to_date(record_url: str, cache_key: str) -> bool:
         return False
     if record is None or record.get("cache_key") != cache_key:
         return False
+    origin = written_beside(record, record_url)
     for entry in record["outputs"]:
-        status = _check(entry)
+        status = _check(located(entry, record_url, origin), entry)
         if status != "ok":
             logger.info("output %s is %s since %s was written", entry["uri"], status, record_url)
             return False
@@ -245,4 +269,9 @@ def verify(record_url: str) -> list[FileCheck]:
     record = read_record(record_url)
     if record is None:
         raise InputError.at(storage.to_uri(record_url), None, None, "no provenance record here")
-    return [FileCheck(e["uri"], _check(e)) for e in [*record["inputs"], *record["outputs"]]]
+    origin = written_beside(record, record_url)
+    checks = []
+    for entry in [*record["inputs"], *record["outputs"]]:
+        uri = located(entry, record_url, origin)
+        checks.append(FileCheck(storage.to_uri(uri), _check(uri, entry)))
+    return checks

@@ -416,8 +416,13 @@ def test_cli_finds_a_record_after_the_directory_moved(
     files = make_run(tmp_path / "old")
     write_health_record(files)
     (tmp_path / "old").rename(tmp_path / "new")
+    # The moved copy is checked where it is now (files are looked up relative to the record).
+    assert cli.main(["provenance", "verify", str(tmp_path / "new" / "rollout_verdicts.jsonl")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines and all(line.startswith(f"ok  {(tmp_path / 'new').as_uri()}/") for line in lines)
+    (tmp_path / "new" / "rollout_verdicts.jsonl").write_bytes(b"{}\n")
     assert cli.main(["provenance", "verify", str(tmp_path / "new" / "rollout_verdicts.jsonl")]) == 1
-    assert all(line.startswith("missing  ") for line in capsys.readouterr().out.splitlines())
+    assert f"changed  {(tmp_path / 'new' / 'rollout_verdicts.jsonl').as_uri()}" in capsys.readouterr().out
 
 
 def test_cli_without_a_record_or_with_extras(

@@ -49,6 +49,9 @@ def _show(path: str) -> int:
     record = provenance.read_record(record_url)
     assert record is not None  # find_record only returns existing records
     print(json.dumps(record, indent=2, ensure_ascii=False))
+    orchestrator = record.get("orchestrator") or {}
+    if orchestrator.get("kind") == "prefect" and orchestrator.get("flow_run_url"):
+        print(f"Flow run: {orchestrator['flow_run_url']} (open it with the UI running: gymflow ui)")
     return 0
 
 
