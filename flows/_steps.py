@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from prefect.task_runners import ThreadPoolTaskRunner
+from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 
 from gymflow import storage
 from gymflow.aggregate import AggregateOptions, AggregateOutcome
@@ -71,7 +71,8 @@ class FlowSteps:
     ) -> ReverifyOutcome:
         from gymflow.flows.reverify import reverify_flow
 
-        subflow = reverify_flow.with_options(task_runner=ThreadPoolTaskRunner(max_workers=1))
+        runner: TaskRunner[Any] = ThreadPoolTaskRunner(max_workers=1)
+        subflow = reverify_flow.with_options(task_runner=runner)
         result = subflow(
             options=options, gym_config=dict(gym_config), storage_options=storage.current_options()
         )
