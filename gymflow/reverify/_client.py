@@ -256,9 +256,15 @@ async def _drive(
         for tag, request in items:
             on_result(tag, await _attempts(sender, request, settings, errors))
 
-    async with asyncio.TaskGroup() as group:
-        for _ in range(workers):
-            group.create_task(worker())
+    # gather, not a TaskGroup: the first error propagates as itself (an InputError or a storage error
+    # from ``on_result``), not wrapped in an ExceptionGroup; the other workers are cancelled.
+    tasks = [asyncio.ensure_future(worker()) for _ in range(workers)]
+    try:
+        await asyncio.gather(*tasks)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def verify_stream(

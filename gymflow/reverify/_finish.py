@@ -9,6 +9,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 import orjson
 
 from gymflow import provenance, storage
@@ -18,7 +19,6 @@ from gymflow.aggregate._rows import RowFacts, extract
 from gymflow.aggregate._run import metrics_bytes
 from gymflow.aggregate._scan import GroupRef
 from gymflow.gym_config import RouteError
-from gymflow.reverify._inputs import key_of
 from gymflow.reverify._plan import Echo, ReverifyPlan, Tally
 
 __all__ = ["COMMAND", "ReverifyOutcome", "finish"]
@@ -50,11 +50,7 @@ def _sort_file(path: str) -> int:
         offset = 0
         for line in handle:
             if line.strip():
-                try:
-                    row = orjson.loads(line)
-                except orjson.JSONDecodeError:
-                    row = None
-                key = key_of(row) if isinstance(row, dict) else None
+                key = _key_of_line(line)
                 spans.append((key if key is not None else _LAST, offset, len(line)))
             offset += len(line)
     ordered = sorted(spans, key=lambda span: span[0])
@@ -70,6 +66,26 @@ def _sort_file(path: str) -> int:
 
     storage.write_atomic_lines(path, lines())
     return len(spans)
+
+
+class _KeyFields(msgspec.Struct):
+    task: Any = msgspec.field(default=None, name="_ng_task_index")
+    rollout: Any = msgspec.field(default=None, name="_ng_rollout_index")
+
+
+_KEY_DECODER = msgspec.json.Decoder(_KeyFields)
+
+
+def _key_of_line(line: bytes) -> tuple[float, float]:
+    """The sort key of one line: its top-level (task, rollout) when both are integers, else last.
+    Only the two fields are decoded (a full parse of each row cost 3x as much)."""
+    try:
+        fields = _KEY_DECODER.decode(line)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return _LAST
+    if type(fields.task) is int and type(fields.rollout) is int:
+        return fields.task, fields.rollout
+    return _LAST
 
 
 def _ends_with_newline(path: str, end: int) -> bool:

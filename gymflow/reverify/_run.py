@@ -2,12 +2,14 @@
 
 One event loop and one connection pool for the whole run: the client pulls rows lazily from the
 source, keeps ``--concurrency`` requests in flight from the first row to the last (no drain at batch
-boundaries), and each completed row is appended and flushed at once (§2.6 point 4), so a killed run
-leaves every completed row in the output or the sidecar for ``--resume``.
+boundaries), and each completed row is appended at once and flushed before the loop's next turn
+(§2.6 point 4), so a killed run leaves every recorded row in the output or the sidecar exactly once
+for ``--resume``.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -47,10 +49,23 @@ def run_reverify(
     done = 0
     failures = 0
 
+    flush_pending = False
+
+    def flush() -> None:
+        nonlocal flush_pending
+        flush_pending = False
+        plan.flush()
+
     def on_result(routed: Routed, outcome: Result) -> None:
-        nonlocal done, failures
+        nonlocal done, failures, flush_pending
         destination, row = completed_row(plan, routed, outcome)
-        record_row(plan, destination, row, echo)
+        # Rows completed in one turn of the event loop are flushed together at the start of its next
+        # turn (one write per turn, not per row); a row lost to kill -9 before that is verified again
+        # by --resume, never recorded twice.
+        record_row(plan, destination, row, echo, flush=False)
+        if not flush_pending:
+            flush_pending = True
+            asyncio.get_running_loop().call_soon(flush)
         done += 1
         if destination == "sidecar":
             failures += 1

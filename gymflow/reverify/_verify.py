@@ -96,15 +96,19 @@ def verify_batch(plan: ReverifyPlan, batch: list[Routed], on_row: OnRow | None =
     return result
 
 
-def record_row(plan: ReverifyPlan, destination: Destination, row: dict[str, Any], echo: Echo) -> None:
-    """Append one completed row (compact JSON) and flush it; count it; the 🚨 line of a failure."""
+def record_row(
+    plan: ReverifyPlan, destination: Destination, row: dict[str, Any], echo: Echo, *, flush: bool = True
+) -> None:
+    """Append one completed row (compact JSON), flushed unless the caller flushes; count it; the 🚨
+    line of a failure."""
     tally = plan.tally
     tally.verified += 1
     if destination == "none":
         tally.no_persist += 1
         return
     plan.append(destination, dumps(row))
-    plan.flush_file(destination)
+    if flush:
+        plan.flush_file(destination)
     if destination == "output":
         tally.succeeded += 1
     else:
