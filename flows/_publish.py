@@ -67,3 +67,27 @@ def record_inputs(record_url: str) -> list[provenance.FileDigest]:
         if isinstance(entry, Mapping) and {"uri", "sha256", "bytes"} <= entry.keys():
             out.append(provenance.FileDigest(str(entry["uri"]), str(entry["sha256"]), int(entry["bytes"])))
     return out
+
+
+class RunProgress:
+    """A Prefect progress artifact for a flow run of several units of work (ranges, shards,
+    batches), advanced as each completes; a run of one unit creates none."""
+
+    def __init__(self, command: str, location: str, total: float) -> None:
+        self.total = max(total, 1.0)
+        self.done = 0.0
+        self.id: Any = None
+        self.key = f"{artifact_key(command, location)}-progress"
+        self.enabled = total > 1
+
+    def advance(self, amount: float) -> None:
+        if not self.enabled:
+            return
+        from prefect.artifacts import create_progress_artifact, update_progress_artifact
+
+        self.done = min(self.done + amount, self.total)
+        percent = round(100.0 * self.done / self.total, 1)
+        if self.id is None:
+            self.id = create_progress_artifact(percent, key=self.key, description="progress of this run")
+        else:
+            update_progress_artifact(self.id, percent)

@@ -12,7 +12,7 @@ from prefect import flow
 
 from gymflow import health, provenance, storage
 from gymflow.flows._annotations import unwalked
-from gymflow.flows._publish import orchestrator, publish, record_inputs
+from gymflow.flows._publish import RunProgress, orchestrator, publish, record_inputs
 from gymflow.flows._runtime import process_pool
 from gymflow.health import HealthOutcome
 from gymflow.tasks import health as tasks
@@ -69,8 +69,10 @@ def health_check(
             for byte_range in plan.ranges
         ]
         results = []
+        artifact = RunProgress("eval-health-check", report_dir, len(plan.ranges))
         for byte_range, future in zip(plan.ranges, futures, strict=True):
             results.append(future.result())
+            artifact.advance(1)
             if progress is not None:
                 progress(byte_range.end - byte_range.start)
     # unwalked(): Prefect would otherwise walk every row of these arguments looking for futures.

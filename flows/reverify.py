@@ -13,7 +13,7 @@ from prefect import flow
 
 from gymflow import storage
 from gymflow.flows._annotations import unwalked
-from gymflow.flows._publish import orchestrator, publish, record_inputs
+from gymflow.flows._publish import RunProgress, orchestrator, publish, record_inputs
 from gymflow.reverify import BatchResult, ReverifyOptions, ReverifyOutcome
 from gymflow.reverify._results import Destination
 from gymflow.tasks import reverify as tasks
@@ -65,6 +65,7 @@ def reverify_flow(
         if progress is not None:
             progress(done, failures, total)
 
+    artifact = RunProgress("eval-reverify", options.output_jsonl_fpath, total / BATCH_ROWS)
     try:
         for batch in plan.batches(BATCH_ROWS):
             before = done
@@ -80,6 +81,7 @@ def reverify_flow(
                 if progress is not None:
                     progress(done, failures, total)
             tasks.record_batch(unwalked(plan), unwalked(result), unwalked(lines.append))
+            artifact.advance(len(batch) / BATCH_ROWS)
     except BaseException:
         plan.abort()
         raise
