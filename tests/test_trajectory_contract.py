@@ -76,6 +76,12 @@ CASES: list[tuple[str, Any]] = [
         _variant(_set("invocations.0.conversation", [{"type": "message", "role": "robot", "content": "hi"}])),
     ),
     ("non-object item", _variant(_set("invocations.0.conversation", ["hi"]))),
+    *(
+        (f"item type {kind!r}", _variant(_set("invocations.0.conversation", [{"type": kind, "foo": 1}])))
+        for kind in ("", None, 3, True, {}, [], "bogus", "easy_message")
+    ),
+    ("untyped item", _variant(_set("invocations.0.conversation", [{"foo": 1}]))),
+    ("untyped unknown role", _variant(_set("invocations.0.conversation", [{"role": "robot"}]))),
     (
         "tool call order",
         _variant(
@@ -107,6 +113,8 @@ VALID = {
     "server extra key",
     "string bool",
     "message item",
+    "untyped item",
+    "untyped unknown role",
 }
 """The cases health spec §2.4 accepts (lax coercion); every other case is unreadable."""
 

@@ -197,3 +197,52 @@ def test_depth_limit_counts_an_empty_innermost_container_once(tmp_path: Path) ->
     )
     assert out.findings("record_unreadable", 0) == []
     assert out.findings("record_unreadable", 1)[0]["detail"]["error"] == "ValueError"
+
+
+def _with_item(item: object) -> dict[str, object]:
+    return trajectory(invocations=[{"invocation_id": "inv-0", "conversation": [item]}])
+
+
+BAD_ITEM_TYPES: list[object] = ["", None, 0, 3, 1.5, True, {}, {"a": 1}, [], ["message"]]
+BAD_ITEM_TYPES += [
+    "bogus",
+    "Message",
+    "message ",
+    "easy_message",
+    "output_message",
+    "function_call__training",
+]
+
+
+def test_h11_conversation_item_with_an_unknown_type_tag_is_unreadable(tmp_path: Path) -> None:
+    """0.7.0 rejects an item whose ``type`` key is present but not a known item type, null included:
+    the trajectory is unreadable, however the rest of the item looks."""
+    items = [{"type": kind, "role": "user", "content": "hi"} for kind in BAD_ITEM_TYPES]
+    items += [{"type": None}, {"type": None, "name": "f", "arguments": "{}", "call_id": "c"}]
+    out = health(tmp_path, [record(i, traj=_with_item(item)) for i, item in enumerate(items)])
+    assert len(out.rows) == len(items)
+    for row in out.rows:
+        assert row["findings"] == [
+            {
+                "check": "record_unreadable",
+                "detail": {"reason": "canonical trajectory is unreadable", "error": "ValidationError"},
+            }
+        ]
+        assert row["unobserved"] == TRAJECTORY_IDS
+        assert row["verdict"] == "unhealthy"
+
+
+def test_h11_items_0_7_0_accepts_keep_the_trajectory_readable(tmp_path: Path) -> None:
+    """Known types and untyped items of any shape (the ``mcp_list_tools`` fallback) are readable."""
+    items: list[object] = [
+        {"type": "message", "role": "user", "content": "hi"},
+        {"type": "mcp_list_tools"},
+        {"type": "compaction_trigger"},
+        {"role": "robot", "content": "hi"},
+        {"role": "user"},
+        {"name": "f", "arguments": "{}"},
+        {"foo": 1},
+    ]
+    out = health(tmp_path, [record(i, traj=_with_item(item)) for i, item in enumerate(items)])
+    assert [row["verdict"] for row in out.rows] == ["healthy"] * len(items)
+    assert all(row["findings"] == [] for row in out.rows)
