@@ -9,7 +9,6 @@ in :mod:`gymflow.pipeline`; this module turns flags and config into its options 
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from collections.abc import Mapping, Sequence
 from functools import partial
@@ -18,6 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gymflow import storage
+from gymflow.cli.logs import configure_logging
 from gymflow.errors import GymflowError, UsageError
 from gymflow.pipeline import HealthStep, PipelineSummary, PostOptions
 
@@ -151,9 +151,7 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace, extras: Seque
         options = build_options(args.run, args.config, extras, not args.no_cache)
     except UsageError as exc:
         parser.error(str(exc))
-    logging.basicConfig(
-        level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging(args.verbose)
     try:
         if args.direct:
             from gymflow.pipeline import DirectSteps, run_post

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import signal
 import sys
 import threading
@@ -16,6 +15,7 @@ from typing import Any
 from gymflow import storage
 from gymflow.cli.config import load_config
 from gymflow.cli.gym_config import load_gym_config, split_overrides
+from gymflow.cli.logs import configure_logging
 from gymflow.cli.progress import row_progress
 from gymflow.config import GymflowConfig
 from gymflow.errors import GymflowError, UsageError
@@ -115,9 +115,7 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace, extras: Seque
     except GymflowError as exc:
         print(f"Error: {exc}", file=sys.stderr)
         return 1
-    logging.basicConfig(
-        level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging(args.verbose)
     try:
         if args.direct:
             _run_direct(options, gym_config)
