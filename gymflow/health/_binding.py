@@ -10,6 +10,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from gymflow.evidence import ModelCallRef, ModelServerRef, TrajectoryModelCall, TrajectoryRecord
+from gymflow.evidence.references import CallIndex
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,47 +60,12 @@ def _identity(ref: ModelCallRef) -> tuple[str, str, str, str]:
     )
 
 
-class CallIndex:
-    """Captured calls indexed by call id and by (server, response id), built once per record,
-    with each distinct reference resolved once for both views."""
-
-    def __init__(self, calls: Sequence[TrajectoryModelCall]) -> None:
-        self.calls = calls
-        self.by_id: dict[str, list[int]] = {}
-        self.by_response: dict[tuple[str, str, str], list[int]] = {}
-        for position, call in enumerate(calls):
-            meta = call.response_metadata
-            if call.model_call_id:
-                self.by_id.setdefault(call.model_call_id, []).append(position)
-            if meta.model_ref is not None and meta.response_id:
-                key = (meta.model_ref.type, meta.model_ref.name, meta.response_id)
-                self.by_response.setdefault(key, []).append(position)
-        self.resolved: dict[tuple[str, str, str, str], list[int]] = {}
-
-    def matches(self, ref: ModelCallRef, identity: tuple[str, str, str, str]) -> list[int]:
-        found = self.resolved.get(identity)
-        if found is None:
-            found = self._resolve(ref)
-            self.resolved[identity] = found
-        return found
-
-    def _resolve(self, ref: ModelCallRef) -> list[int]:
-        wanted_server = _ref_tuple(ref.model_ref)
-        if ref.model_call_id:
-            return [
-                position
-                for position in self.by_id.get(ref.model_call_id, ())
-                if (
-                    wanted_server is None
-                    or _ref_tuple(self.calls[position].response_metadata.model_ref) == wanted_server
-                )
-                and (
-                    ref.response_id is None
-                    or self.calls[position].response_metadata.response_id == ref.response_id
-                )
-            ]
-        assert wanted_server is not None and ref.response_id  # a valid reference
-        return list(self.by_response.get((*wanted_server, ref.response_id), ()))
+def index_calls(calls: Sequence[TrajectoryModelCall]) -> CallIndex:
+    """The shared reference index over one record's captured calls."""
+    return CallIndex(
+        (call.model_call_id, _ref_tuple(call.response_metadata.model_ref), call.response_metadata.response_id)
+        for call in calls
+    )
 
 
 def bind(refs: Iterable[ModelCallRef], index: CallIndex) -> BindingView:
@@ -115,7 +81,7 @@ def bind(refs: Iterable[ModelCallRef], index: CallIndex) -> BindingView:
         seen.add(identity)
         key = reference_key(ref)
         references.append(key)
-        positions = index.matches(ref, identity)
+        positions = index.resolve(ref.model_call_id, _ref_tuple(ref.model_ref), ref.response_id)
         if not positions:
             missing.append(key)
         elif len(positions) > 1:

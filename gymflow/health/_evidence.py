@@ -7,7 +7,8 @@ from functools import cached_property
 from typing import Any
 
 from gymflow.evidence import TrajectoryModelCall, TrajectoryRecord
-from gymflow.health._binding import BindingView, CallIndex, bind, owned_references, turn_references
+from gymflow.evidence.references import CallIndex
+from gymflow.health._binding import BindingView, bind, index_calls, owned_references, turn_references
 
 _MODEL_CALL_GAPS = frozenset(
     {
@@ -78,7 +79,7 @@ class Evidence:
 
     @cached_property
     def call_index(self) -> CallIndex:
-        return CallIndex(self.calls)
+        return index_calls(self.calls)
 
     @cached_property
     def owned(self) -> BindingView:

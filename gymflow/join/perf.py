@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from gymflow.join.refjoin import Candidates
+from gymflow.evidence.references import CallIndex, server_key
 
 __all__ = ["compute_perf"]
 
@@ -28,8 +28,12 @@ def compute_perf(trajectory: Obj, previous: Any = None) -> Obj | None:
     if not invocations:
         return None
     calls = trajectory["model_calls"]
-    index = Candidates(
-        (c["model_call_id"], c["response_metadata"]["model_ref"], c["response_metadata"]["response_id"])
+    index = CallIndex(
+        (
+            c["model_call_id"],
+            server_key(c["response_metadata"]["model_ref"]),
+            c["response_metadata"]["response_id"],
+        )
         for c in calls
     )
     counted: set[int] = set()
@@ -38,7 +42,7 @@ def compute_perf(trajectory: Obj, previous: Any = None) -> Obj | None:
     for invocation in invocations:
         owner = invocation["invocation_id"]
         for ref in invocation["model_calls"]:
-            found = index.find(ref)
+            found = index.find_ref(ref)
             if len(found) == 1 and found[0] not in counted:
                 counted.add(found[0])
                 owned.append(found[0])

@@ -3,6 +3,7 @@
 A reference names a call by ``model_call_id`` (optionally confirmed by ``model_ref`` and
 ``response_id``) or by the exact pair ``(model_ref, response_id)``. A match must be unique; the
 first invocation to match a record claims it. Timestamps and list order never decide ownership.
+Candidates come from the shared :class:`~gymflow.evidence.references.CallIndex`.
 """
 
 from __future__ import annotations
@@ -10,73 +11,16 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Final
 
-__all__ = ["Candidates", "dedupe_gaps", "join_references", "ref_key"]
+from gymflow.evidence.references import CallIndex, server_key
+
+__all__ = ["dedupe_gaps", "join_references"]
 
 Obj = dict[str, Any]
-RefKey = tuple[str, str] | None
 
 _STALE_CODES: Final = frozenset(
     {"model_call_reference_unmatched", "model_call_reference_ambiguous", "model_call_reference_conflict"}
 )
 OWNERSHIP: Final = "model_call_ownership_unavailable"
-_NONE: Final[list[int]] = []
-
-
-def ref_key(model_ref: Any) -> RefKey:
-    """``(type, name)`` of a dumped ``ModelServerRef``, or None."""
-    if isinstance(model_ref, dict):
-        return (model_ref.get("type"), model_ref.get("name"))  # type: ignore[return-value]
-    return None
-
-
-class Candidates:
-    """Index of calls by id and by ``(type, name, response_id)``; the candidate rule of §6 step 2.
-
-    ``calls`` are ``(model_call_id, model_ref, response_id)`` triples, one per call position.
-    """
-
-    def __init__(self, calls: Iterable[tuple[Any, Any, Any]]) -> None:
-        self.calls = list(calls)
-        self._by_id: dict[str, list[int]] = {}
-        self._by_pair: dict[tuple[Any, Any, str], list[int]] = {}
-        by_id, by_pair = self._by_id, self._by_pair
-        for position, (call_id, model_ref, response_id) in enumerate(self.calls):
-            if call_id and type(call_id) is str:
-                if call_id in by_id:
-                    by_id[call_id].append(position)
-                else:
-                    by_id[call_id] = [position]
-            if response_id and type(response_id) is str and type(model_ref) is dict:
-                by_pair.setdefault((model_ref.get("type"), model_ref.get("name"), response_id), []).append(
-                    position
-                )
-
-    def find(self, ref: Obj) -> list[int]:
-        call_id = ref.get("model_call_id")
-        if call_id:
-            found = self._by_id.get(call_id, _NONE)
-            wanted_ref = ref_key(ref.get("model_ref"))
-            wanted_response = ref.get("response_id")
-            if wanted_ref is None and wanted_response is None:
-                return found
-            if len(found) == 1:
-                call = self.calls[found[0]]
-                if (wanted_ref is None or ref_key(call[1]) == wanted_ref) and (
-                    wanted_response is None or call[2] == wanted_response
-                ):
-                    return found
-                return _NONE
-            return [
-                p
-                for p in found
-                if (wanted_ref is None or ref_key(self.calls[p][1]) == wanted_ref)
-                and (wanted_response is None or self.calls[p][2] == wanted_response)
-            ]
-        key = ref_key(ref.get("model_ref"))
-        response_id = ref.get("response_id")
-        if key is None or not response_id:
-            return []
-        return self._by_pair.get((key[0], key[1], response_id), [])
 
 
 def _gap(code: str, invocation_id: str | None, detail: str | None) -> Obj:
@@ -109,7 +53,7 @@ def _attach_sessions(invocations: dict[str, Obj], records: list[Obj]) -> None:
         if not session or not call_id or session not in invocations:
             continue
         invocation = invocations[session]
-        ref, response_id = ref_key(record["model_ref"]), record["response_id"]
+        ref, response_id = server_key(record["model_ref"]), record["response_id"]
         keys = {
             (call_id, None, None),
             (call_id, ref, None),
@@ -119,7 +63,8 @@ def _attach_sessions(invocations: dict[str, Obj], records: list[Obj]) -> None:
         if ref is not None and response_id:
             keys.add((None, ref, response_id))
         existing = {
-            (r["model_call_id"], ref_key(r["model_ref"]), r["response_id"]) for r in invocation["model_calls"]
+            (r["model_call_id"], server_key(r["model_ref"]), r["response_id"])
+            for r in invocation["model_calls"]
         }
         if not keys & existing:
             invocation["model_calls"].append(_canonical(record))
@@ -138,7 +83,7 @@ def join_references(bundle: Obj, records: list[Obj]) -> None:
     invocations = [r for r in bundle["records"] if r["kind"] == "agent_invocation"]
     compactions = [r for r in bundle["records"] if r["kind"] == "context_compaction"]
     _attach_sessions({inv["invocation_id"]: inv for inv in invocations}, records)
-    index = Candidates((r["model_call_id"], r["model_ref"], r["response_id"]) for r in records)
+    index = CallIndex((r["model_call_id"], server_key(r["model_ref"]), r["response_id"]) for r in records)
     claims: dict[int, str] = {}
     gaps: list[Obj] = []
 
@@ -146,7 +91,7 @@ def join_references(bundle: Obj, records: list[Obj]) -> None:
         owner = invocation["invocation_id"]
         refs = invocation["model_calls"]
         for i, ref in enumerate(refs):
-            found = index.find(ref)
+            found = index.find_ref(ref)
             if len(found) != 1:
                 code = "model_call_reference_unmatched" if not found else "model_call_reference_ambiguous"
                 gaps.append(_gap(code, owner, ref["model_call_id"] or ref["response_id"]))
@@ -160,7 +105,7 @@ def join_references(bundle: Obj, records: list[Obj]) -> None:
         owner = item["invocation_id"]
         refs = item["model_calls"]
         for i, ref in enumerate(refs):
-            found = index.find(ref)
+            found = index.find_ref(ref)
             if len(found) != 1:
                 code = "model_call_reference_unmatched" if not found else "model_call_reference_ambiguous"
                 gaps.append(_gap(code, owner, f"model_calls:{ref['model_call_id'] or ref['response_id']}"))
@@ -176,7 +121,7 @@ def join_references(bundle: Obj, records: list[Obj]) -> None:
             ref = item[name]
             if ref is None:
                 continue
-            found = index.find(ref)
+            found = index.find_ref(ref)
             if len(found) == 1:
                 claimant = claims.get(found[0])
                 if claimant is not None and claimant != owner:
