@@ -121,12 +121,28 @@ def run_flow(flow: Flow[..., R], runner: TaskRunner[Any], **parameters: Any) -> 
 
 
 class _DropUserErrors(logging.Filter):
-    """Prefect logs a failed run's exception with its traceback; for a :class:`GymflowError` the
-    CLI prints the same one line as ``--direct`` instead (the run page still shows the failure)."""
+    """Prefect logs a failed run's exception with its traceback, and each failed task's final
+    state; for a :class:`GymflowError` the CLI prints the same one line as ``--direct`` instead
+    (the run page still shows the failure)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         error = record.exc_info[1] if record.exc_info else None
-        return not isinstance(error, GymflowError)
+        if isinstance(error, GymflowError):
+            return False
+        message = record.getMessage()
+        return "encountered an exception" not in message or not any(
+            f"encountered an exception {name}:" in message for name in _user_error_names()
+        )
+
+
+def _user_error_names() -> set[str]:
+    names: set[str] = set()
+    pending: list[type[BaseException]] = [GymflowError]
+    while pending:
+        kind = pending.pop()
+        names.add(kind.__name__)
+        pending.extend(kind.__subclasses__())
+    return names
 
 
 def _quiet_user_errors() -> None:
