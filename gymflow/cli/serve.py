@@ -62,12 +62,12 @@ def _prepare(verbose: bool) -> None:
 
 def deployments(args: argparse.Namespace, extras: Sequence[str]) -> list[Any]:
     """The deployments ``serve`` runs, with their triggers and schedule."""
-    from prefect.events import DeploymentEventTrigger
+    from prefect.events import DeploymentEventTrigger, DeploymentTriggerTypes, TriggerTypes
 
     from gymflow.flows.deployments import EVENT, gymflow_command, post_run, post_sweep
 
     common = {"config": list(args.config), "overrides": list(extras)}
-    triggers = [
+    triggers: list[DeploymentTriggerTypes | TriggerTypes] = [
         DeploymentEventTrigger(
             name="evaluation completed",
             expect={EVENT},

@@ -7,6 +7,7 @@ import json
 import shutil
 from pathlib import Path
 from typing import Any
+from uuid import UUID
 
 import pytest
 
@@ -100,7 +101,9 @@ def _artifacts(flow_run_id: str) -> list[Any]:
         with get_client(sync_client=True) as client:
             return list(
                 client.read_artifacts(
-                    artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id]))
+                    artifact_filter=ArtifactFilter(
+                        flow_run_id=ArtifactFilterFlowRunId(any_=[UUID(flow_run_id)])
+                    )
                 )
             )
 

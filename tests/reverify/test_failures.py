@@ -17,8 +17,8 @@ def _sidecar(case: Case) -> dict[tuple[int, int], dict[str, object]]:
 def test_item_25_invalid_judge_responses(case: Case) -> None:
     case.server.set((0, 0), kind="invalid_judge")
     case.server.set((1, 1), kind="invalid_judge", retryable=False)
-    case.config()
-    case.config_path.write_text(case.config_path.read_text() + "retry_invalid_judge_responses: true\n")
+    config = case.config()
+    config.write_text(config.read_text() + "retry_invalid_judge_responses: true\n")
     outcome = case.run()
     assert outcome.code == 0, outcome
     sidecar = _sidecar(case)

@@ -106,8 +106,8 @@ def test_item_30_retry_terminal_timeouts(case: Case) -> None:
     write_jsonl(case.path("out_failures.jsonl"), sidecar)
     outcome = case.run("--resume", write=False)
     assert _block_of(outcome.lines) == _block(9, 7, 2, 0, 0)
-    case.config()
-    case.config_path.write_text(case.config_path.read_text() + "retry_terminal_timeouts: true\n")
+    config = case.config()
+    config.write_text(config.read_text() + "retry_terminal_timeouts: true\n")
     outcome = case.run("--resume", write=False)
     assert _block_of(outcome.lines) == _block(9, 7, 1, 0, 1)
     assert _verified(case) == [key(rows[7])]
