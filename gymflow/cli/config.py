@@ -44,4 +44,5 @@ def load_config(overrides: Sequence[str] = ()) -> GymflowConfig:
         problems = "; ".join(
             f"{'.'.join(str(part) for part in error['loc'])} ({error['msg']})" for error in exc.errors()
         )
-        raise UsageError(f"invalid configuration: {problems}.") from None
+        where = f" in {USER_CONFIG_ENV} {user_file}" if user_file else ""
+        raise UsageError(f"invalid configuration{where}: {problems}.") from None
