@@ -3,7 +3,7 @@ configured task runner: what ``eval post`` and ``eval aggregate`` (aggregate, th
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
@@ -21,15 +21,18 @@ from gymflow.reverify import ReverifyOptions, ReverifyOutcome
 class FlowSteps:
     """Each command as a subflow of the running flow, on the configured task runner."""
 
-    def __init__(self, runner: RunnerConfig, workers: int) -> None:
+    def __init__(
+        self, runner: RunnerConfig, workers: int, progress: Callable[[int], None] | None = None
+    ) -> None:
         self.runner = runner
         self.workers = workers
+        self.progress = progress
 
     def aggregate(self, options: AggregateOptions, echo: Echo) -> AggregateOutcome:
         from gymflow.flows.aggregate import aggregate_flow
 
         subflow = aggregate_flow.with_options(task_runner=task_runner(self.runner, self.workers))
-        result = subflow(options=options, storage_options=storage.current_options())
+        result = subflow(options=options, storage_options=storage.current_options(), progress=self.progress)
         for line in result.console_lines:
             echo(line)
         return result.outcome

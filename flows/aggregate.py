@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,7 +48,11 @@ def _publish(outcome: AggregateOutcome) -> None:
 
 
 @flow(name="aggregate-shards", log_prints=False, validate_parameters=False)
-def aggregate_flow(options: AggregateOptions, storage_options: dict[str, Any] | None = None) -> FlowOutcome:
+def aggregate_flow(
+    options: AggregateOptions,
+    storage_options: dict[str, Any] | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> FlowOutcome:
     """Merge the shards of ``options.input_glob`` into ``options.output`` and compute the metrics."""
     storage.configure(storage_options or {})
     lines: list[str] = []
@@ -74,7 +79,11 @@ def aggregate_flow(options: AggregateOptions, storage_options: dict[str, Any] | 
             )
             for index, shard in enumerate(shards)
         ]
-        parts = [future.result() for future in futures]
+        parts = []
+        for future in futures:
+            parts.append(future.result())
+            if progress is not None:
+                progress(parts[-1].scan.nbytes)
         lines.append(core.loaded_line(parts))
         if options.merge_shards:
             lines.append(f"Merging shards into {options.output}")
@@ -97,11 +106,13 @@ def aggregate_command(
     step_runner: RunnerConfig,
     workers: int,
     storage_options: dict[str, Any] | None = None,
+    progress: Callable[[int], None] | None = None,
 ) -> FlowOutcome:
     """``gymflow eval aggregate``: merge and metrics, then the health check (each a subflow)."""
     from gymflow.flows._steps import FlowSteps
 
     storage.configure(storage_options or {})
     lines: list[str] = []
-    outcome, _, _ = pipeline.aggregate_then_health(options, FlowSteps(step_runner, workers), lines.append)
+    steps = FlowSteps(step_runner, workers, progress)
+    outcome, _, _ = pipeline.aggregate_then_health(options, steps, lines.append)
     return FlowOutcome(outcome, lines)

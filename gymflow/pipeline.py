@@ -246,12 +246,16 @@ def _matching(pattern: str) -> list[str]:
 
 
 class DirectSteps:
-    """Each step in this process, as ``--direct`` runs it."""
+    """Each step in this process, as ``--direct`` runs it; ``progress`` advances by the bytes of
+    each shard read."""
+
+    def __init__(self, progress: Callable[[int], None] | None = None) -> None:
+        self.progress = progress
 
     def aggregate(self, options: AggregateOptions, echo: Echo) -> AggregateOutcome:
         from gymflow.aggregate import run_aggregate
 
-        return run_aggregate(options, echo=echo)
+        return run_aggregate(options, echo=echo, progress=self.progress)
 
     def join(self, settings: JoinSettings, use_cache: bool) -> JoinResult:
         from gymflow.join.direct import run_join

@@ -9,19 +9,17 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import multiprocessing
-import pickle
 import shutil
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import orjson
 
-from gymflow import lifeline, locking, provenance, storage
+from gymflow import locking, parallel, provenance, storage
 from gymflow.aggregate._merge import write_merged
 from gymflow.aggregate._reduce import Coverage, ReduceSettings, Reduction, key_metrics_lines, reduce_shards
 from gymflow.aggregate._scan import ShardScan, parse_line, paused_gc, resolve_group, scan_shard
@@ -134,7 +132,12 @@ def scan_part(shard: str, index: int, options: AggregateOptions, spool_dir: str 
     return ShardPart(scan, read_sidecars(shard, keys, options.agent_environments))
 
 
-def scan_all(shards: Sequence[str], options: AggregateOptions, spool_dir: str | None) -> list[ShardPart]:
+def scan_all(
+    shards: Sequence[str],
+    options: AggregateOptions,
+    spool_dir: str | None,
+    progress: Callable[[int], None] | None = None,
+) -> list[ShardPart]:
     """Scan every shard: serially by default, in a process pool with ``options.workers`` > 1.
 
     One process is the default: on the measured 2-core machine a second one did not pay off (its
@@ -145,26 +148,24 @@ def scan_all(shards: Sequence[str], options: AggregateOptions, spool_dir: str | 
     workers = min(options.workers or 1, len(shards))
     # Remote shards are read serially: network-bound, and storage options (sessions, credentials)
     # need not survive pickling into another process.
-    if workers <= 1 or not all(storage.is_local(shard) for shard in shards):
-        return [scan_part(shard, index, options, spool_dir) for index, shard in enumerate(shards)]
-    try:
-        lifeline.ensure_watchdog()
-        pool = ProcessPoolExecutor(
-            max_workers=workers,
-            mp_context=multiprocessing.get_context("spawn"),
-            initializer=lifeline.worker_init,
-            initargs=lifeline.worker_initargs(),
-        )
-    except (OSError, ValueError) as exc:
-        logger.warning("Process pool unavailable (%s); reading shards serially.", exc)
-        return [scan_part(shard, index, options, spool_dir) for index, shard in enumerate(shards)]
-    try:
-        with pool:
-            futures = [pool.submit(scan_part, shard, i, options, spool_dir) for i, shard in enumerate(shards)]
-            return [future.result() for future in futures]
-    except (BrokenProcessPool, pickle.PicklingError) as exc:
-        logger.warning("Process pool failed (%s); reading shards serially.", exc)
-        return [scan_part(shard, index, options, spool_dir) for index, shard in enumerate(shards)]
+    if not all(storage.is_local(shard) for shard in shards):
+        workers = 1
+
+    def done(_: tuple[int, str], part: ShardPart) -> None:
+        if progress is not None:
+            progress(part.scan.nbytes)
+
+    return parallel.map_ordered(
+        partial(_scan_indexed, options=options, spool_dir=spool_dir),
+        list(enumerate(shards)),
+        workers,
+        what="reading shards",
+        done=done,
+    )
+
+
+def _scan_indexed(item: tuple[int, str], options: AggregateOptions, spool_dir: str | None) -> ShardPart:
+    return scan_part(item[1], item[0], options, spool_dir)
 
 
 def input_digests(
@@ -328,15 +329,19 @@ def run_aggregate(
     options: AggregateOptions,
     echo: Echo = _quiet,
     orchestrator: Mapping[str, Any] | None = None,
+    progress: Callable[[int], None] | None = None,
 ) -> AggregateOutcome:
     """Merge and compute the metrics in-process: select, scan, merge, reduce, write, holding
     the run lock of the output (:mod:`gymflow.locking`) throughout."""
     with locking.run_lock(options.output, COMMAND):
-        return _run_aggregate(options, echo, orchestrator)
+        return _run_aggregate(options, echo, orchestrator, progress)
 
 
 def _run_aggregate(
-    options: AggregateOptions, echo: Echo, orchestrator: Mapping[str, Any] | None
+    options: AggregateOptions,
+    echo: Echo,
+    orchestrator: Mapping[str, Any] | None,
+    progress: Callable[[int], None] | None,
 ) -> AggregateOutcome:
     started_at = provenance.timestamp()
     shards = select_shards(options.input_glob, options.output)
@@ -354,7 +359,7 @@ def _run_aggregate(
     spool_dir = tempfile.mkdtemp(prefix="gymflow-aggregate-")
     try:
         with paused_gc():
-            parts = scan_all(shards, options, spool_dir)
+            parts = scan_all(shards, options, spool_dir, progress)
         echo(loaded_line(parts))
         merged: provenance.FileDigest | None = None
         # The merged file is written (I/O, hashing: the GIL is released) while the metrics are

@@ -15,6 +15,7 @@ from gymflow import storage
 from gymflow.cli.config import load_config
 from gymflow.cli.gym_config import load_gym_config, split_overrides
 from gymflow.cli.logs import configure_logging
+from gymflow.cli.progress import ProgressBar, progress_bar
 from gymflow.config import GymflowConfig
 from gymflow.errors import GymflowError, UsageError
 
@@ -195,19 +196,35 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace, extras: Seque
         return 1
     configure_logging(args.verbose)
     try:
-        if args.direct:
-            from gymflow.pipeline import DirectSteps, aggregate_then_health
+        bar = _progress(options)
+        try:
+            if args.direct:
+                from gymflow.pipeline import DirectSteps, aggregate_then_health
 
-            aggregate_then_health(options, DirectSteps(), _echo)
-        else:
-            _run_flow(settings, options, args.verbose)
+                aggregate_then_health(options, DirectSteps(bar), _echo)
+            else:
+                _run_flow(settings, options, args.verbose, bar)
+        finally:
+            if bar is not None:
+                bar.close()
     except GymflowError as exc:
         print(f"Error: {exc}", file=sys.stderr)
         return 1
     return 0
 
 
-def _run_flow(settings: GymflowConfig, options: Any, verbose: bool) -> None:
+def _progress(options: Any) -> ProgressBar | None:
+    """A bar over the shards' bytes, on a terminal only."""
+    from gymflow.aggregate import select_shards
+
+    try:
+        shards = select_shards(options.input_glob, options.output)
+    except GymflowError:
+        return None  # the command itself reports it
+    return progress_bar(sum(storage.size(shard) for shard in shards), "aggregate")
+
+
+def _run_flow(settings: GymflowConfig, options: Any, verbose: bool, bar: ProgressBar | None) -> None:
     from gymflow.flows import _environment
 
     _environment.prepare(settings.prefect, verbose)
@@ -225,6 +242,7 @@ def _run_flow(settings: GymflowConfig, options: Any, verbose: bool) -> None:
         step_runner=settings.runner,
         workers=options.health_check_workers or default_workers(),
         storage_options=storage.current_options(),
+        progress=bar,
     )
     for line in outcome.console_lines:
         _echo(line)

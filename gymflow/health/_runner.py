@@ -9,15 +9,12 @@ from __future__ import annotations
 
 import math
 import os
-import warnings
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
-from multiprocessing import get_context
+from functools import partial
 from pathlib import PurePath
 
-from gymflow import lifeline, storage
+from gymflow import parallel, storage
 from gymflow.errors import InputError, UsageError
 from gymflow.health._evaluate import RowResult, RunStats, evaluate_line, is_blank
 from gymflow.health._registry import normalize_ignored
@@ -135,45 +132,22 @@ def _evaluate_in_worker(byte_range: ByteRange, ignored: tuple[str, ...]) -> Rang
     return evaluate_range(byte_range, ignored)
 
 
-def _evaluate_serially(plan_: HealthPlan, progress: Progress | None) -> list[RangeResult]:
-    return [evaluate_range(r, plan_.ignored, progress) for r in plan_.ranges]
-
-
 def evaluate_all(plan_: HealthPlan, progress: Progress | None = None) -> list[RangeResult]:
     """Evaluate every range, in a process pool when that helps; serially when it cannot run."""
     if plan_.workers <= 1 or len(plan_.ranges) <= 1:
-        return _evaluate_serially(plan_, progress)
-    try:
-        lifeline.ensure_watchdog()
-        pool = ProcessPoolExecutor(
-            max_workers=min(plan_.workers, len(plan_.ranges)),
-            mp_context=get_context("spawn"),
-            initializer=lifeline.worker_init,
-            initargs=lifeline.worker_initargs(),
-        )
-    except (OSError, ValueError, NotImplementedError, ImportError) as exc:
-        warnings.warn(
-            f"Process pool unavailable ({exc}); running rollout health checks serially.",
-            RuntimeWarning,
-            stacklevel=2,
-        )
-        return _evaluate_serially(plan_, progress)
-    try:
-        with pool:
-            futures = [pool.submit(_evaluate_in_worker, r, plan_.ignored) for r in plan_.ranges]
-            results = []
-            for future, byte_range in zip(futures, plan_.ranges, strict=True):
-                results.append(future.result())
-                if progress is not None:
-                    progress(byte_range.end - byte_range.start)
-            return results
-    except (BrokenProcessPool, OSError) as exc:
-        warnings.warn(
-            f"Process pool failed ({exc}); running rollout health checks serially.",
-            RuntimeWarning,
-            stacklevel=2,
-        )
-        return _evaluate_serially(plan_, progress)
+        return [evaluate_range(r, plan_.ignored, progress) for r in plan_.ranges]
+
+    def done(byte_range: ByteRange, _: RangeResult) -> None:
+        if progress is not None:
+            progress(byte_range.end - byte_range.start)
+
+    return parallel.map_ordered(
+        partial(_evaluate_in_worker, ignored=tuple(plan_.ignored)),
+        plan_.ranges,
+        plan_.workers,
+        what="running rollout health checks",
+        done=done,
+    )
 
 
 def report_dir_for(paths: Sequence[str], report_dir: str | None) -> str:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from gymflow import parallel
 from gymflow.cli import main
 from gymflow.health import _runner, run_health
 from tests.health.builders import Outcome, call, health, record, trajectory, turn, write_lines
@@ -189,7 +190,7 @@ def test_h77_pool_unavailable_or_broken_falls_back(tmp_path: Path, monkeypatch: 
         ),
         ("broken", BrokenPool, "Process pool failed (worker died); running rollout health checks serially."),
     ):
-        monkeypatch.setattr(_runner, "ProcessPoolExecutor", replacement)
+        monkeypatch.setattr(parallel, "ProcessPoolExecutor", replacement)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             run_health([str(path)], report_dir=str(tmp_path / name), workers=2, use_cache=False)
