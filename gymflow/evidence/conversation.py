@@ -23,12 +23,12 @@ known divergences.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Final
 
-from gymflow.evidence.lax import fail, lax_float, lax_int, opt_literal, opt_str, req_str
+from gymflow.evidence.lax import ValidationError, fail, lax_float, lax_int, opt_literal, opt_str, req_str
 
-__all__ = ["ITEM_TYPES", "conversation_item"]
+__all__ = ["ITEM_TYPES", "conversation_item", "conversation_items", "raise_discrimination_errors"]
 
 Obj = dict[str, Any]
 
@@ -354,3 +354,35 @@ def conversation_item(item: Any, where: str = "conversation[]") -> Any:
     if tokens is not None and form in _TRAINABLE:
         return {**tokens, **out}
     return out
+
+
+def conversation_items(items: list[Any], where: str = "conversation[]") -> list[Any]:
+    """Validate a conversation as 0.7.0 does: every item is examined before the first validation
+    error is raised, so a later item's ``TypeError`` (an unhashable ``role``, ``status`` or part
+    ``type`` met while routing) wins, as it escapes pydantic's error collection."""
+    out: list[Any] = []
+    error: ValidationError | None = None
+    for item in items:
+        try:
+            out.append(conversation_item(item, where))
+        except ValidationError as exc:
+            error = error or exc
+    if error is not None:
+        raise error
+    return out
+
+
+def raise_discrimination_errors(invocations: Iterable[Any]) -> None:
+    """Raise the ``TypeError`` 0.7.0 meets routing a conversation item of these invocations.
+
+    For validators that stop at the first error: 0.7.0 validates every field and item, and a
+    ``TypeError`` escapes wherever it occurs, so it replaces any validation error. Only objects
+    whose ``conversation`` is a list are examined (0.7.0 does not route the items otherwise).
+    """
+    for invocation in invocations:
+        if isinstance(invocation, dict) and isinstance(conversation := invocation.get("conversation"), list):
+            for item in conversation:
+                try:
+                    conversation_item(item)
+                except ValidationError:
+                    pass

@@ -1,5 +1,8 @@
 """The ``ng_trajectory`` contract (health spec §2.4) as pydantic models.
 
+Fields are in 0.7.0's order, so ``model_dump(mode="json")`` is the join's dump byte for byte
+(``tests/test_trajectory_contract.py`` pins the two).
+
 pydantic's lax mode is the reference's own coercion table (``"500"`` is a status code, ``"yes"``
 a boolean, ``"1e3"`` not an integer), so validating with pydantic reproduces it exactly. Every
 object rejects unknown keys except :class:`ModelServerRef`, which ignores and drops them.
@@ -12,7 +15,7 @@ from typing import Annotated, Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from gymflow.evidence.conversation import conversation_item
+from gymflow.evidence.conversation import conversation_items
 from gymflow.evidence.lax import ValidationError as LaxValidationError
 
 MAX_FREE_FORM_DEPTH = 255
@@ -51,17 +54,17 @@ class ModelCallRef(_Strict):
 
 class ResponseMetadata(_Strict):
     response_id: str | None = None
+    model_ref: ModelServerRef | None = None
     model: str | None = None
     dialect: str | None = None
+    status_code: int | None = None
     response_status: str | None = None
     finish_reason: str | None = None
-    local_response_reason: str | None = None
-    error_category: str | None = None
-    model_ref: ModelServerRef | None = None
-    status_code: int | None = None
-    upstream_status_code: int | None = None
     upstream_attempted: bool | None = None
     response_source: Literal["upstream", "local"] | None = None
+    upstream_status_code: int | None = None
+    local_response_reason: str | None = None
+    error_category: str | None = None
     latency_ttft_ms: NonNegative | None = None
 
 
@@ -103,22 +106,20 @@ class AgentInvocation(_Strict):
     invocation_id: str
     parent_invocation_id: str | None = None
     spawned_by_tool_call_id: str | None = None
-    error_type: str | None = None
     status: Literal["completed", "failed", "incomplete", "unknown"] = "unknown"
     duration_ms: NonNegative | None = None
+    error_type: str | None = None
     model_calls: list[ModelCallRef] = Field(default_factory=list)
     conversation: list[Any] = Field(default_factory=list)
 
     @field_validator("conversation")
     @classmethod
     def _input_items(cls, items: list[Any]) -> list[Any]:
-        """Each item must be a Responses input item as 0.7.0 accepts it (see ``conversation``)."""
-        for item in items:
-            try:
-                conversation_item(item)
-            except LaxValidationError as exc:
-                raise ValueError(str(exc)) from None
-        return items
+        """Each item must be a Responses input item as 0.7.0 accepts it; kept as 0.7.0 dumps it."""
+        try:
+            return conversation_items(items)
+        except LaxValidationError as exc:
+            raise ValueError(str(exc)) from None
 
 
 class TrajectoryToolCall(_Strict):
@@ -127,12 +128,12 @@ class TrajectoryToolCall(_Strict):
     tool_call_id: str
     sandbox_id: str | None = None
     tool_name: str | None = None
-    error_type: str | None = None
     started_at: float | None = None
     completed_at: float | None = None
     duration_ms: NonNegative | None = None
     timing_source: Literal["executor", "artifact", "harness"] | None = None
     status: Literal["completed", "failed", "timeout", "cancelled", "incomplete", "unknown"] = "unknown"
+    error_type: str | None = None
     output: Any = None
 
     @model_validator(mode="after")
@@ -183,7 +184,7 @@ class TrajectoryRecord(_Strict):
 class TrajectoryUnreadable(Exception):
     """``ng_trajectory`` is present but not a valid trajectory; ``error`` is the reference's name."""
 
-    def __init__(self, error: Literal["ValidationError", "ValueError"], message: str) -> None:
+    def __init__(self, error: Literal["ValidationError", "ValueError", "TypeError"], message: str) -> None:
         super().__init__(message)
         self.error = error
 
@@ -231,6 +232,8 @@ def validate_trajectory(raw: Any, may_nest_deeply: bool = True) -> TrajectoryRec
         record = TrajectoryRecord.model_validate(raw)
     except ValidationError as exc:
         raise TrajectoryUnreadable("ValidationError", str(exc)) from None
+    except TypeError as exc:  # routing a conversation item, as in 0.7.0 (it escapes pydantic)
+        raise TrajectoryUnreadable("TypeError", str(exc)) from None
     if not may_nest_deeply:
         return record
     # The reference serialises the record after validating it; its serialiser gives up on values

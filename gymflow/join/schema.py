@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from gymflow.evidence.conversation import conversation_item
+from gymflow.evidence.conversation import conversation_items, raise_discrimination_errors
 from gymflow.evidence.lax import (
     ValidationError,
     fail,
@@ -151,9 +151,7 @@ def invocation(value: Any, where: str = "invocation") -> Obj:
         "duration_ms": nonneg_float(get("duration_ms"), "duration_ms"),
         "error_type": opt_str(get("error_type"), "error_type"),
         "model_calls": _refs(get("model_calls", []), "model_calls[]"),
-        "conversation": [
-            conversation_item(item, "conversation[]") for item in _list(conversation, "conversation")
-        ],
+        "conversation": conversation_items(_list(conversation, "conversation")),
     }
 
 
@@ -298,6 +296,18 @@ def _record(value: Any, where: str) -> Obj:
 
 def bundle(value: Any, where: str = "ng_agent_observations") -> Obj:
     """``AgentObservationBundle``: unique invocation ids, no ``parent_invocation_id`` cycle."""
+    try:
+        return _bundle(value, where)
+    except ValidationError:
+        records = value.get("records") if isinstance(value, dict) else None
+        if isinstance(records, list):
+            raise_discrimination_errors(
+                r for r in records if isinstance(r, dict) and r.get("kind") == "agent_invocation"
+            )
+        raise
+
+
+def _bundle(value: Any, where: str) -> Obj:
     _keys(value, _BUNDLE_KEYS, where)
     records = [_record(item, "records[]") for item in _list(value.get("records", []), where)]
     gaps = [gap(item, "gaps[]") for item in _list(value.get("gaps", []), where)]

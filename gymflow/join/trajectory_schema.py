@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from gymflow.evidence.conversation import raise_discrimination_errors
 from gymflow.evidence.lax import (
     ValidationError,
     fail,
@@ -174,6 +175,16 @@ _TRAJECTORY_KEYS: Final = frozenset(
 
 def trajectory(value: Any, where: str = "ng_trajectory") -> Obj:
     """``TrajectoryRecord``, with its four consistency checks."""
+    try:
+        return _trajectory(value, where)
+    except ValidationError:
+        invocations = value.get("invocations") if isinstance(value, dict) else None
+        if isinstance(invocations, list):
+            raise_discrimination_errors(invocations)
+        raise
+
+
+def _trajectory(value: Any, where: str) -> Obj:
     _keys(value, _TRAJECTORY_KEYS, where)
     get = value.get
     version = get("schema_version", "1.0")

@@ -246,3 +246,24 @@ def test_h11_items_0_7_0_accepts_keep_the_trajectory_readable(tmp_path: Path) ->
     out = health(tmp_path, [record(i, traj=_with_item(item)) for i, item in enumerate(items)])
     assert [row["verdict"] for row in out.rows] == ["healthy"] * len(items)
     assert all(row["findings"] == [] for row in out.rows)
+
+
+def test_h11_unhashable_routing_value_is_a_type_error(tmp_path: Path) -> None:
+    """0.7.0 routes a message by testing ``role`` (and ``status``) against sets: an array or object
+    there raises ``TypeError``, which escapes validation and wins over any validation error."""
+    items: list[object] = [
+        {"role": [], "content": "hi"},
+        {"type": "message", "role": {}, "content": "hi"},
+        {"type": "message", "role": "user", "content": [], "status": []},
+    ]
+    trajectories = [_with_item(item) for item in items]
+    both = trajectory(invocations=[{"invocation_id": "inv-0", "conversation": [{"type": "x"}, items[0]]}])
+    both["task_id"] = 5
+    out = health(tmp_path, [record(i, traj=t) for i, t in enumerate([*trajectories, both])])
+    for row in out.rows:
+        assert row["findings"] == [
+            {
+                "check": "record_unreadable",
+                "detail": {"reason": "canonical trajectory is unreadable", "error": "TypeError"},
+            }
+        ]

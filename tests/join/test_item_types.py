@@ -192,3 +192,18 @@ REJECTED: list[dict[str, Any]] = [
 def test_items_0_7_0_rejects(item: dict[str, Any]) -> None:
     with pytest.raises(ValidationError):
         conversation_item(item)
+
+
+def test_an_unhashable_role_is_a_type_error_in_the_producer_trajectory_and_the_bundle() -> None:
+    item = {"role": [], "content": "hi"}
+    producer = {
+        "task_id": 5,  # a validation error first: the TypeError still wins, as in 0.7.0
+        "rollout_id": "1-0",
+        "invocations": [{"invocation_id": "root", "conversation": [{"type": 3}, item]}],
+    }
+    trajectory = join(row(1, 0, ng_trajectory=producer), store())["ng_trajectory"]
+    assert gap_tuples(trajectory["gaps"])[0] == ("producer_trajectory_invalid", None, "TypeError")
+    records = [{"kind": "tool_call"}, inv("root", conversation=[item])]
+    out = join(row(1, 0, ng_agent_observations=bundle(*records)), store(**{"1-0": jsonl(L("c1"))}))
+    assert gap_tuples(out["ng_trajectory"]["gaps"])[0] == ("agent_observations_invalid", None, "TypeError")
+    assert out["ng_model_call_capture"]["gaps"] == [{"code": "agent_observation_join_failed"}]
