@@ -10,9 +10,8 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Iterator
-from concurrent.futures import Executor, ProcessPoolExecutor
+from concurrent.futures import Executor
 from contextlib import ExitStack, contextmanager
-from multiprocessing import get_context
 from typing import Any, TypeVar
 
 from prefect import Flow
@@ -21,7 +20,7 @@ from prefect.logging.handlers import APILogWorker
 from prefect.settings import PREFECT_API_URL, PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 from prefect.task_runners import ProcessPoolTaskRunner, TaskRunner, ThreadPoolTaskRunner
 
-from gymflow import lifeline, locking, storage
+from gymflow import lifeline, locking, parallel, storage
 from gymflow.config import RunnerConfig
 from gymflow.errors import GymflowError
 from gymflow.flows import _environment, _server
@@ -82,14 +81,7 @@ def process_pool(workers: int | None) -> Iterator[Executor | None]:
     if not workers:
         yield None
         return
-    lifeline.ensure_watchdog()
-    pool = ProcessPoolExecutor(
-        max_workers=workers,
-        mp_context=get_context("spawn"),
-        initializer=lifeline.worker_init,
-        initargs=lifeline.worker_initargs(),
-    )
-    with pool:
+    with parallel.pool(workers) as pool:
         yield pool
 
 
