@@ -157,8 +157,11 @@ def ensure_watchdog() -> None:
     """Start this process's watchdog if it has none yet (cheap to call before each pool)."""
     global _watchdog, _watchdog_pid_owner
     with _lock:
-        if _watchdog is not None and _watchdog_pid_owner == os.getpid() and _watchdog.poll() is None:
-            return
+        if _watchdog is not None:
+            if _watchdog_pid_owner == os.getpid() and _watchdog.poll() is None:
+                return
+            if _watchdog_pid_owner != os.getpid():
+                _watchdog.returncode = 0  # a forked child's copy of the parent's: not ours to reap
         try:
             _watchdog = subprocess.Popen(
                 [sys.executable, "-c", _WATCHDOG, str(os.getpid())],
