@@ -275,8 +275,8 @@ def test_path_outside_the_manifest_directory(relay: Relay, resources_server: Ser
 
 
 def test_resume_after_kill_9(relay: Relay, resources_server: ServerProcess) -> None:
-    """The core appends results per batch of 1000 rows: kill the run while the second batch waits on a
-    hanging key, then ``--resume`` verifies only what the output does not hold yet."""
+    """Kill the run while a key past the first 1000 rows hangs, then ``--resume`` verifies only what the
+    output does not hold yet."""
     n = 1100
     relay.inputs = write_jsonl(
         relay.inputs, [materialized_row(task, 0, expected_answer="A") for task in range(n)]
@@ -314,7 +314,9 @@ def test_resume_after_kill_9(relay: Relay, resources_server: ServerProcess) -> N
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(10)
     before = {r["_ng_task_index"] for r in read_rows(relay.output)}
-    assert len(before) == 1000
+    # Rows are recorded as they complete (per row, or per batch on the Prefect path): at least the
+    # first batch is in, the hanging key is not.
+    assert 1000 <= len(before) < n and 1050 not in before
     resources_server.reset()
     done = relay.run("--resume", timeout=90)
     assert done.returncode == 0, done.stderr
