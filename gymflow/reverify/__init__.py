@@ -1,7 +1,6 @@
 """Re-scoring stored rollouts through a resources server's ``/verify`` (spec ``reverify.md``).
 
-Steps, each separable so a Prefect flow can wrap it in a task (the direct path,
-:func:`run_reverify`, calls them in order)::
+Steps, each separable so a Prefect flow can wrap it in a task::
 
     options = options_from_config(values)          # §1 validation, before any server is contacted
     plan = prepare(options, gym_config, echo)      # read, route, launch, guard, output paths, resume
@@ -11,6 +10,10 @@ Steps, each separable so a Prefect flow can wrap it in a task (the direct path,
     outcome = finish(plan, echo, orchestrator)     # sort, aggregate, banner, provenance record
 
 On an interruption between the steps call ``plan.abort()``: the output stays resumable.
+
+The direct path, :func:`run_reverify`, runs ``prepare``, then streams every row of ``plan.rows()``
+through one event loop and one connection pool (``--concurrency`` requests in flight from the first
+row to the last, each row appended as it completes), then ``finish``.
 """
 
 from gymflow.reverify._client import ClientSettings, TransportFactory
