@@ -13,12 +13,12 @@ Messages, function calls, their outputs and reasoning items are checked and dump
 defaults; keys those models do not define are dropped, as 0.7.0 drops them. ``mcp_call`` and
 ``mcp_list_tools`` keep unknown keys after the defined ones. Items carrying token metadata
 (``prompt_token_ids``, ...) need all three required token fields and dump them first, as the
-training variants do. Reasoning summary and content parts are checked.
+training variants do. Reasoning summary and content parts, message input content parts and
+``function_call_output`` output parts (:mod:`gymflow.evidence.content_parts`) are checked.
 
 [G] Other typed items (hosted tools, shell, compaction, ...) pass through unchanged (0.7.0 fills
-their SDK defaults and checks their fields), and message content parts, ``function_call_output``
-output parts, output-text annotations and ``routed_experts`` are not checked element by element:
-known divergences.
+their SDK defaults and checks their fields), and output-text annotations and ``routed_experts``
+are not checked element by element: known divergences.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any, Final
 
+from gymflow.evidence.content_parts import input_part, output_item_part
 from gymflow.evidence.lax import ValidationError, fail, lax_float, lax_int, opt_literal, opt_str, req_str
 
 __all__ = ["ITEM_TYPES", "conversation_item", "conversation_items", "raise_discrimination_errors"]
@@ -147,7 +148,9 @@ def _content_list(value: Any, where: str) -> list[Any]:
 
 def _easy_message(item: Obj) -> Obj:
     content = item.get("content")
-    if not isinstance(content, str | list):
+    if isinstance(content, list):
+        content = [input_part(part) for part in content]
+    elif not isinstance(content, str):
         fail("content", "a string or a list is required")
     role = item.get("role")
     if not (isinstance(role, str) and role in _ROLES):
@@ -161,7 +164,7 @@ def _easy_message(item: Obj) -> Obj:
 
 
 def _input_message(item: Obj) -> Obj:
-    content = _content_list(item.get("content"), "content")
+    content = [input_part(part) for part in _content_list(item.get("content"), "content")]
     role = item.get("role")
     if not (isinstance(role, str) and role in _SIMPLE_ROLES):
         fail("role", f"must be one of {sorted(_SIMPLE_ROLES)}")
@@ -218,7 +221,9 @@ def _function_call(item: Obj) -> Obj:
 
 def _function_call_output(item: Obj) -> Obj:
     output = item.get("output")
-    if not isinstance(output, str | list):
+    if isinstance(output, list):
+        output = [output_item_part(part) for part in output]
+    elif not isinstance(output, str):
         fail("output", "a string or a list is required")
     return {
         "call_id": req_str(item.get("call_id"), "call_id"),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 import pytest
 
 from gymflow.evidence.conversation import ITEM_TYPES, conversation_item
@@ -170,10 +171,60 @@ DUMPS: list[tuple[dict[str, Any], dict[str, Any]]] = [
 ]
 
 
+DUMPS += [
+    (
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "x", "extra": 1}]},
+        {"content": [{"text": "x", "type": "input_text"}], "role": "user", "type": "message", "phase": None},
+    ),
+    (
+        {
+            "role": "user",
+            "status": "completed",
+            "content": [
+                {"type": "input_image", "detail": "auto", "image_url": None, "file_id": "f", "zzz": 1},
+                {"type": "input_file", "filename": "a", "file_id": None, "detail": "high", "file_data": "d"},
+                {"type": "input_video", "video": {"url": "x", "k": 1}},
+            ],
+        },
+        {
+            "content": [
+                {"detail": "auto", "type": "input_image", "file_id": "f", "image_url": None},
+                {"type": "input_file", "detail": "high", "file_data": "d", "file_id": None, "filename": "a"},
+                {"type": "input_video", "video": {"url": "x", "k": 1}},
+            ],
+            "role": "user",
+            "status": "completed",
+            "type": "message",
+        },
+    ),
+    (
+        {
+            "call_id": "c",
+            "output": [
+                {"type": "input_text", "text": "x", "z": 1},
+                {"type": "input_image"},
+                {"type": "input_file", "filename": None, "file_data": None, "detail": "low"},
+            ],
+        },
+        {
+            "call_id": "c",
+            "output": [
+                {"text": "x", "type": "input_text"},
+                {"type": "input_image"},
+                {"type": "input_file", "detail": "low", "file_data": None, "filename": None},
+            ],
+            "type": "function_call_output",
+            "id": None,
+            "status": None,
+        },
+    ),
+]
+
+
 @pytest.mark.parametrize(("item", "dumped"), DUMPS, ids=[str(i) for i in range(len(DUMPS))])
 def test_items_route_and_dump_like_0_7_0(item: dict[str, Any], dumped: dict[str, Any]) -> None:
     result = conversation_item(item)
-    assert result == dumped and list(result) == list(dumped)
+    assert orjson.dumps(result) == orjson.dumps(dumped)  # nested key order included
 
 
 REJECTED: list[dict[str, Any]] = [
@@ -185,6 +236,16 @@ REJECTED: list[dict[str, Any]] = [
     {"type": "message", "role": "user", "content": "hi", "prompt_token_ids": [1]},
     {"foo": 1, "prompt_token_ids": [1]},
     {"name": "f", "arguments": 3},
+    {"type": "message", "role": "user", "content": [{"type": "bogus"}]},
+    {"type": "message", "role": "user", "content": [{"type": "input_image"}]},  # detail is required
+    {"type": "message", "role": "user", "content": [{"type": "input_text", "text": 3}]},
+    {"type": "message", "role": "user", "content": [{"text": "x"}]},
+    {"type": "message", "role": "user", "content": [{"type": "input_file", "file_data": None}]},
+    {"type": "message", "role": "user", "content": [{"type": "input_video", "video_url": "u", "video": "v"}]},
+    {"type": "message", "role": "user", "content": [{"type": "input_video", "video": {"url": " "}}]},
+    {"call_id": "c", "output": [{"type": "bogus"}]},
+    {"call_id": "c", "output": [{"type": "input_video", "video": "v"}]},
+    {"call_id": "c", "output": ["s"]},
 ]
 
 
