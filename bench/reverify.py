@@ -14,7 +14,8 @@ Run from the repo root: ``python bench/reverify.py [--rows 20000] [--concurrency
    ``--concurrency-flag`` is given: wall time, in-loop rate (rows appended after the output first grows,
    over the time to its last growth; polled every 20 ms), peak RSS of the process tree (psutil) and CPU
    per row (user + system of the command).
-   Also, as a diagnostic, gymflow's ``/verify`` client alone, in process, over the same bodies.
+   Also, as diagnostics, gymflow's ``/verify`` client alone, in process, over the same bodies, and the
+   direct path in process split into its steps (prepare, the verify stream, finish).
 5. ``gymflow`` orchestrated (Prefect, without ``--direct``): on the small corpus by default, on the large one
    with ``--prefect``; skipped with ``--no-prefect``.
 
@@ -276,6 +277,52 @@ def _report(run: Run, bare_rps: float, bare_cpu_ms: float) -> None:
     )
 
 
+def phases(corpus: Path, config: Path, work: Path) -> dict[str, float] | None:
+    """Seconds of each step of the direct path, in process (prepare, the verify stream, finish): where a
+    run's wall time goes besides the CLI's start-up. None when the core is not importable."""
+    try:
+        import yaml
+
+        from gymflow.reverify import _run, options_from_config
+    except ImportError:
+        return None
+    out = work / "phases" / "reverified.jsonl"
+    shutil.rmtree(out.parent, ignore_errors=True)
+    options = options_from_config(
+        {
+            "materialized_inputs_jsonl_fpath": str(corpus / reverify_corpus.MATERIALIZED),
+            "rollouts_jsonl_fpath": str(corpus / reverify_corpus.ROLLOUTS),
+            "output_jsonl_fpath": str(out),
+        }
+    )
+    marks: dict[str, float] = {}
+    prepare, finish = _run.prepare, _run.finish
+
+    def timed_prepare(*args: Any, **kwargs: Any) -> Any:
+        began = time.perf_counter()
+        try:
+            return prepare(*args, **kwargs)
+        finally:
+            marks["prepare"] = time.perf_counter() - began
+            marks["loop_start"] = time.perf_counter()
+
+    def timed_finish(*args: Any, **kwargs: Any) -> Any:
+        began = time.perf_counter()
+        marks["stream"] = began - marks.pop("loop_start")
+        try:
+            return finish(*args, **kwargs)
+        finally:
+            marks["finish"] = time.perf_counter() - began
+
+    _run.prepare, _run.finish = timed_prepare, timed_finish  # type: ignore[assignment]
+    try:
+        _run.run_reverify(options, yaml.safe_load(config.read_text()), lambda _: None)
+    finally:
+        _run.prepare, _run.finish = prepare, finish  # type: ignore[assignment]
+        shutil.rmtree(out.parent, ignore_errors=True)
+    return marks
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=20_000)
@@ -318,6 +365,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = write_gym_config(
             work / "gym_config.yaml", {"mcqa": server}, agents={reverify_corpus.AGENT: "mcqa"}
         )
+        marks = phases(large, config, work)
+        if marks is not None:
+            print(
+                f"direct path in process (large): prepare {marks['prepare']:.2f} s, verify stream "
+                f"{marks['stream']:.2f} s = {args.rows / marks['stream']:.0f} rows/s, "
+                f"finish {marks['finish']:.2f} s"
+            )
         extra = ["--concurrency", str(args.concurrency)] if args.concurrency_flag else []
         runs = [run_gymflow("gymflow --direct (large)", large, config, work, direct=True, extra=extra)]
         bare_after, bare_cpu_after = bare_client(server.url, bodies, args.concurrency)
