@@ -283,7 +283,7 @@ def phases(corpus: Path, config: Path, work: Path) -> dict[str, float] | None:
     try:
         import yaml
 
-        from gymflow.reverify import _run, options_from_config
+        from gymflow.reverify import options_from_config, run_reverify
     except ImportError:
         return None
     out = work / "phases" / "reverified.jsonl"
@@ -296,29 +296,9 @@ def phases(corpus: Path, config: Path, work: Path) -> dict[str, float] | None:
         }
     )
     marks: dict[str, float] = {}
-    prepare, finish = _run.prepare, _run.finish
-
-    def timed_prepare(*args: Any, **kwargs: Any) -> Any:
-        began = time.perf_counter()
-        try:
-            return prepare(*args, **kwargs)
-        finally:
-            marks["prepare"] = time.perf_counter() - began
-            marks["loop_start"] = time.perf_counter()
-
-    def timed_finish(*args: Any, **kwargs: Any) -> Any:
-        began = time.perf_counter()
-        marks["stream"] = began - marks.pop("loop_start")
-        try:
-            return finish(*args, **kwargs)
-        finally:
-            marks["finish"] = time.perf_counter() - began
-
-    _run.prepare, _run.finish = timed_prepare, timed_finish  # type: ignore[assignment]
     try:
-        _run.run_reverify(options, yaml.safe_load(config.read_text()), lambda _: None)
+        run_reverify(options, yaml.safe_load(config.read_text()), lambda _: None, timings=marks)
     finally:
-        _run.prepare, _run.finish = prepare, finish  # type: ignore[assignment]
         shutil.rmtree(out.parent, ignore_errors=True)
     return marks
 

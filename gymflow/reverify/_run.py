@@ -10,6 +10,7 @@ for ``--resume``.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -38,13 +39,18 @@ def run_reverify(
     transport: TransportFactory | None = None,
     guard_transport: httpx.BaseTransport | None = None,
     batch_size: int = 1000,
+    timings: dict[str, float] | None = None,
 ) -> ReverifyOutcome:
     """The whole command in-process. On any interruption the output is left resumable.
 
     ``batch_size`` is accepted for compatibility; rows are streamed and recorded one by one.
+    ``timings``, when given, receives the seconds of ``prepare``, ``stream`` and ``finish``.
     """
     del batch_size
+    marks = timings if timings is not None else {}
+    began = time.perf_counter()
     plan = prepare(options, gym_config, echo, warn=warn, transport=transport, guard_transport=guard_transport)
+    marks["prepare"] = time.perf_counter() - began
     total = len(plan.work)
     done = 0
     failures = 0
@@ -72,6 +78,7 @@ def run_reverify(
         if progress is not None:
             progress(done, failures, total)
 
+    began = time.perf_counter()
     try:
         if total:
             stream = verify_stream(
@@ -81,4 +88,8 @@ def run_reverify(
     except BaseException:
         plan.abort()
         raise
-    return finish(plan, echo, orchestrator)
+    marks["stream"] = time.perf_counter() - began
+    began = time.perf_counter()
+    outcome = finish(plan, echo, orchestrator)
+    marks["finish"] = time.perf_counter() - began
+    return outcome
