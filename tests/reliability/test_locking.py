@@ -18,7 +18,7 @@ import pytest
 from gymflow import locking, provenance, storage
 from gymflow.cli import main
 from gymflow.cli.interrupt import message
-from tests.reliability.helpers import health_rows, write_rows
+from tests.reliability.helpers import env, health_rows, run, write_rows
 
 HOLD = """
 import sys, time
@@ -44,18 +44,21 @@ def _end(process: subprocess.Popen[str], sig: int = signal.SIGKILL) -> None:
 
 
 @pytest.mark.parametrize("mode", [["--direct"], []])
-def test_a_second_run_is_refused_with_one_line_naming_the_holder(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, mode: list[str]
-) -> None:
+def test_a_second_run_is_refused_with_one_line_naming_the_holder(tmp_path: Path, mode: list[str]) -> None:
     run_dir = tmp_path / "run"
     write_rows(run_dir / "rollouts.jsonl", health_rows(20))
     holder = _holder(run_dir / "quality_summary.json")
+    if not mode:  # the flow takes the lock: time the refusal, not the local server's first start
+        from gymflow.flows import _server
+
+        _server.ensure(120)
     try:
-        monkeypatch.setenv(locking.WAIT_ENV, "0.3")
         started = time.monotonic()
-        assert main(["eval", "health-check", str(run_dir), *mode]) == 1
-        assert time.monotonic() - started < 10
-        (line,) = capsys.readouterr().err.strip().splitlines()
+        args = ["eval", "health-check", str(run_dir), *mode]
+        code, _, err = run(args, env=env(**{locking.WAIT_ENV: "0.3"}), timeout=60)
+        assert code == 1
+        assert time.monotonic() - started < 20  # process start-up included
+        (line,) = err.strip().splitlines()
         assert f"pid {holder.pid}" in line and "eval health-check" in line and "waited 0.3 s" in line, line
         assert not (run_dir / "quality_summary.json").exists()
     finally:
