@@ -348,6 +348,8 @@ def conversation_item(item: Any, where: str = "conversation[]") -> Any:
     tokens = _token_metadata(item)
     if "type" in item:
         kind = item["type"]
+        if kind is None:
+            _untyped_form(item)  # routed as untyped first (a TypeError there escapes), as 0.7.0 does
         if not (type(kind) is str and kind in ITEM_TYPES):
             fail(f"{where}.type", f"not a known item type: {kind!r}")
         form = _message_form(item) if kind == "message" else kind

@@ -255,6 +255,7 @@ def test_h11_unhashable_routing_value_is_a_type_error(tmp_path: Path) -> None:
         {"role": [], "content": "hi"},
         {"type": "message", "role": {}, "content": "hi"},
         {"type": "message", "role": "user", "content": [], "status": []},
+        {"type": None, "role": "user", "content": [], "status": {}},  # a null type is routed first
     ]
     trajectories = [_with_item(item) for item in items]
     both = trajectory(invocations=[{"invocation_id": "inv-0", "conversation": [{"type": "x"}, items[0]]}])

@@ -264,7 +264,10 @@ def test_an_unhashable_role_is_a_type_error_in_the_producer_trajectory_and_the_b
     }
     trajectory = join(row(1, 0, ng_trajectory=producer), store())["ng_trajectory"]
     assert gap_tuples(trajectory["gaps"])[0] == ("producer_trajectory_invalid", None, "TypeError")
-    records = [{"kind": "tool_call"}, inv("root", conversation=[item])]
+    records = [
+        {"kind": "tool_call"},
+        inv("root", conversation=[{"type": None, "role": "user", "content": [], "status": {}}]),
+    ]
     out = join(row(1, 0, ng_agent_observations=bundle(*records)), store(**{"1-0": jsonl(L("c1"))}))
     assert gap_tuples(out["ng_trajectory"]["gaps"])[0] == ("agent_observations_invalid", None, "TypeError")
     assert out["ng_model_call_capture"]["gaps"] == [{"code": "agent_observation_join_failed"}]
