@@ -11,7 +11,7 @@ import logging
 import os
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from prefect import Flow
@@ -20,7 +20,7 @@ from prefect.logging.handlers import APILogWorker
 from prefect.settings import PREFECT_API_URL, PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 from prefect.task_runners import ProcessPoolTaskRunner, TaskRunner, ThreadPoolTaskRunner
 
-from gymflow import lifeline, locking, parallel, storage
+from gymflow import lifeline, parallel
 from gymflow.config import RunnerConfig
 from gymflow.errors import GymflowError
 from gymflow.flows import _environment, _server
@@ -85,30 +85,14 @@ def process_pool(workers: int | None) -> Iterator[Executor | None]:
         yield pool
 
 
-def _lock_target(flow: Flow[..., Any], parameters: dict[str, Any]) -> tuple[str, str] | None:
-    """The primary output of a gymflow flow and its command: what :func:`run_flow` locks."""
-    if flow.name == "eval-health-check" and "report_dir" in parameters:
-        return storage.join(parameters["report_dir"], "quality_summary.json"), "eval health-check"
-    if flow.name == "eval-aggregate" and "options" in parameters:
-        return parameters["options"].output, "eval aggregate"
-    if flow.name == "eval-join" and "settings" in parameters:
-        return parameters["settings"].output, "eval join"
-    return None
-
-
 def run_flow(flow: Flow[..., R], runner: TaskRunner[Any], **parameters: Any) -> R:
-    """Run ``flow`` with ``runner`` against :func:`prefect_api`, holding the run lock of the
-    flow's primary output (:mod:`gymflow.locking`) from before its up-to-date check until its
-    record is written. Every sync flow otherwise waits about a second at exit for its heartbeat
-    thread; gymflow's flows are short, so it is off."""
+    """Run ``flow`` with ``runner`` against :func:`prefect_api` (each flow holds the run lock of
+    its own outputs, :mod:`gymflow.locking`, so subflows of ``eval post`` do too). Every sync flow
+    otherwise waits about a second at exit for its heartbeat thread; gymflow's flows are short,
+    so it is off."""
     configured: Callable[..., R] = flow.with_options(task_runner=runner)
     _quiet_user_errors()
-    target = _lock_target(flow, parameters)
-    with ExitStack() as stack:
-        if target is not None:
-            stack.enter_context(locking.run_lock(*target))
-        stack.enter_context(prefect_api())
-        stack.enter_context(temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}))
+    with prefect_api(), temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
         return configured(**parameters)
 
 

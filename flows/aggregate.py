@@ -17,7 +17,7 @@ from typing import Any
 from prefect import flow
 
 from gymflow import aggregate as core
-from gymflow import pipeline, provenance, storage
+from gymflow import locking, pipeline, provenance, storage
 from gymflow.aggregate import AggregateOptions, AggregateOutcome
 from gymflow.config import RunnerConfig
 from gymflow.flows._annotations import unwalked
@@ -55,6 +55,12 @@ def aggregate_flow(
 ) -> FlowOutcome:
     """Merge the shards of ``options.input_glob`` into ``options.output`` and compute the metrics."""
     storage.configure(storage_options or {})
+    with locking.run_lock(options.output, core.COMMAND):
+        return _aggregated(options, progress)
+
+
+def _aggregated(options: AggregateOptions, progress: Callable[[int], None] | None) -> FlowOutcome:
+    """The flow's work once the lock of its output is held."""
     lines: list[str] = []
     started_at = provenance.timestamp()
     shards = tasks.select_shards(options)

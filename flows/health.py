@@ -10,7 +10,7 @@ from typing import Any
 
 from prefect import flow
 
-from gymflow import health, provenance, storage
+from gymflow import health, locking, provenance, storage
 from gymflow.flows._annotations import unwalked
 from gymflow.flows._publish import RunProgress, orchestrator, publish, record_inputs
 from gymflow.flows._runtime import process_pool
@@ -51,6 +51,21 @@ def health_check(
     ``progress`` is advanced by each range's bytes as it completes.
     """
     storage.configure(storage_options or {})
+    summary_url = storage.join(report_dir, "quality_summary.json")
+    with locking.run_lock(summary_url, health.COMMAND):
+        return _checked(paths, report_dir, workers, ignored_checks, use_cache, offload_workers, progress)
+
+
+def _checked(
+    paths: Sequence[str],
+    report_dir: str,
+    workers: int | None,
+    ignored_checks: Sequence[str],
+    use_cache: bool,
+    offload_workers: int | None,
+    progress: Callable[[int], None] | None,
+) -> HealthOutcome:
+    """The flow's work once the lock of its reports is held."""
     started_at = provenance.timestamp()
     plan = tasks.plan_ranges(paths, workers, ignored_checks)
     inputs = [future.result() for future in [tasks.hash_input.submit(path) for path in plan.paths]]

@@ -10,9 +10,16 @@ from typing import Any
 
 from prefect import flow
 
-from gymflow import provenance, storage
+from gymflow import locking, provenance, storage
 from gymflow.flows._publish import orchestrator, publish, record_inputs
-from gymflow.join.run import JoinResult, JoinSettings, missing_capture_warning, part_urls, remove_parts
+from gymflow.join.run import (
+    COMMAND,
+    JoinResult,
+    JoinSettings,
+    missing_capture_warning,
+    part_urls,
+    remove_parts,
+)
 from gymflow.join.stats import JoinStats, summary_paragraph
 from gymflow.tasks import join as tasks
 
@@ -43,6 +50,12 @@ def join_flow(
 ) -> JoinResult:
     """Join ``settings.rollouts`` with its CaptureStore into ``settings.output``."""
     storage.configure(storage_options or {})
+    with locking.run_lock(settings.output, COMMAND):
+        return _joined(settings, workers, use_cache)
+
+
+def _joined(settings: JoinSettings, workers: int, use_cache: bool) -> JoinResult:
+    """The flow's work once the lock of its output is held."""
     started_at = provenance.timestamp()
     record_url = provenance.record_path(settings.output)
     if use_cache and tasks.up_to_date(settings):

@@ -6,7 +6,7 @@ ranges of the input (serially or in a process pool), reduces the rows and writes
 
 from gymflow.health._registry import ROLLOUT_CHECK_IDS, TASK_CHECK_IDS, normalize_ignored
 from gymflow.health._report import HealthReport, build_report
-from gymflow.health._run import HealthOutcome, cache_key, cached_outcome, record_outputs, run_health
+from gymflow.health._run import COMMAND, HealthOutcome, cache_key, cached_outcome, record_outputs, run_health
 from gymflow.health._runner import (
     ByteRange,
     HealthPlan,
@@ -30,6 +30,7 @@ from gymflow.health._vocabulary import (
 )
 
 __all__ = [
+    "COMMAND",
     "CHECK_IDS",
     "ROLLOUT_CHECK_IDS",
     "TASK_CHECK_IDS",

@@ -58,7 +58,8 @@ def test_a_second_run_is_refused_with_one_line_naming_the_holder(tmp_path: Path,
         code, _, err = run(args, env=env(**{locking.WAIT_ENV: "0.3"}), timeout=60)
         assert code == 1
         assert time.monotonic() - started < 20  # process start-up included
-        (line,) = err.strip().splitlines()
+        assert len(err.strip().splitlines()) == 1, err
+        line = err.strip()
         assert f"pid {holder.pid}" in line and "eval health-check" in line and "waited 0.3 s" in line, line
         assert not (run_dir / "quality_summary.json").exists()
     finally:
