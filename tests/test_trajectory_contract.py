@@ -19,6 +19,8 @@ from gymflow.evidence.lax import ValidationError as LaxValidationError
 from gymflow.join.trajectory_schema import trajectory as join_trajectory
 from tests.health.builders import JUDGE, call, trajectory, turn
 
+_BAD_TYPE_TAGS: tuple[object, ...] = ("", None, 3, True, {}, [], "bogus", "easy_message")
+
 
 def _variant(change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
     value = trajectory(invocations=[{"invocation_id": "inv-0", "model_calls": [{"model_call_id": "c1"}]}])
@@ -80,7 +82,7 @@ CASES: list[tuple[str, Any]] = [
     ("non-object item", _variant(_set("invocations.0.conversation", ["hi"]))),
     *(
         (f"item type {kind!r}", _variant(_set("invocations.0.conversation", [{"type": kind, "foo": 1}])))
-        for kind in ("", None, 3, True, {}, [], "bogus", "easy_message")
+        for kind in _BAD_TYPE_TAGS
     ),
     ("untyped item", _variant(_set("invocations.0.conversation", [{"foo": 1}]))),
     ("untyped unknown role", _variant(_set("invocations.0.conversation", [{"role": "robot"}]))),

@@ -54,7 +54,7 @@ def test_an_unknown_type_tag_invalidates_the_producer_trajectory(kind: Any) -> N
 
 def test_every_known_type_is_accepted() -> None:
     """[G] hosted-tool items pass through unchecked (0.7.0 also checks their SDK fields)."""
-    fields = {
+    fields: dict[str, dict[str, Any]] = {
         "message": {"role": "user", "content": "hi"},
         "function_call": {"name": "f", "arguments": "{}", "call_id": "c"},
         "function_call_output": {"call_id": "c", "output": "x"},
