@@ -17,7 +17,8 @@ Run from the repo root: ``python bench/reverify.py [--rows 20000] [--concurrency
    Also, as diagnostics, gymflow's ``/verify`` client alone, in process, over the same bodies, and the
    direct path in process split into its steps (prepare, the verify stream, finish).
 5. ``gymflow`` orchestrated (Prefect, without ``--direct``): on the small corpus by default, on the large one
-   with ``--prefect``; skipped with ``--no-prefect``.
+   with ``--prefect``; skipped with ``--no-prefect``. Its result store is a fresh directory (through a
+   ``GYMFLOW_CONFIG`` file, unless one is set), so no batch comes from an earlier run's cache.
 
 Prints ``ratio = gymflow rows/s / bare aiohttp req/s`` (wall and in-loop; target >= 0.8) and RSS at both
 sizes (target <= 200 MB, flat). Needs ``psutil`` and ``aiohttp``.
@@ -209,6 +210,11 @@ def run_gymflow(
     env.setdefault("DO_NOT_TRACK", "1")
     env.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
+    if not direct and "GYMFLOW_CONFIG" not in env:
+        # A fresh result store: batches cached by an earlier benchmark run would be reused, not verified.
+        settings = out_dir / "gymflow.yaml"
+        settings.write_text(f"prefect:\n  result_store: {out_dir / 'results'}\n")
+        env["GYMFLOW_CONFIG"] = str(settings)
     first_growth: float | None = None
     last_growth: float | None = None
     last_size = 0
