@@ -14,6 +14,9 @@ In one run, on the seeded corpus of ``bench.health`` (default 40,000 rollouts):
    server started by hand with ``prefect server start`` (``PREFECT_API_URL`` set).
 5. ``cached``: each path rerun over unchanged inputs (a provenance hit), and the time to hash the
    input, the floor of any cached run.
+6. ``eval post`` end to end on 8 shards of the corpus (``bench.aggregate``'s shards), orchestrated
+   and ``--direct``, against running its steps by hand with ``--direct`` (aggregate, then
+   health-check).
 
 Prints ``overhead = orchestrated - direct`` beside the trivial flow (target: overhead <= trivial
 + 1 s) and ``cached`` beside ``hash + trivial + 1 s``.
@@ -99,6 +102,47 @@ def _wait_healthy(url: str, timeout_s: float = 120.0) -> None:
     raise SystemExit(f"no Prefect API at {url} after {timeout_s} s")
 
 
+def _post_figures(rows: int, gymflow: str, env: Mapping[str, str]) -> dict[str, float]:
+    """``eval post`` over 8 shards (linked into RUN/shards/) against aggregate + health by hand."""
+    from bench.aggregate import PATTERN, ensure_shards
+
+    shards = sorted(ensure_shards(rows).glob(PATTERN))
+    for shard in shards:
+        warm_page_cache(shard)
+    with tempfile.TemporaryDirectory(prefix="gymflow-bench-post-") as root:
+        run = Path(root) / "run"
+        (run / "shards").mkdir(parents=True)
+        for shard in shards:
+            (run / "shards" / shard.name).symlink_to(shard)
+
+        def clean() -> None:
+            for path in run.iterdir():
+                if path.is_file():
+                    path.unlink()
+
+        out: dict[str, float] = {}
+        with tempfile.TemporaryDirectory(prefix="gymflow-bench-prefect-") as home:
+            local = {**env, "PREFECT_HOME": home, "PREFECT_SERVER_API_PORT": str(_free_port())}
+            local.pop("PREFECT_API_URL", None)
+            try:
+                _timed([gymflow, "ui"], local)  # the server up first: measure the steady state
+                clean()
+                out["post"] = _timed([gymflow, "eval", "post", str(run), "--no-cache"], local).seconds
+            finally:
+                subprocess.run([gymflow, "ui", "--stop"], env=local, capture_output=True, check=False)
+        clean()
+        out["post_direct"] = _timed(
+            [gymflow, "eval", "post", str(run), "--direct", "--no-cache"], env
+        ).seconds
+        clean()
+        merged = run / "rollouts.jsonl"
+        aggregate = [gymflow, "eval", "aggregate", "-i", str(run / "shards" / "*.jsonl"), "-o", str(merged)]
+        by_hand = _timed([*aggregate, "--direct", "--no-cache", "--no-health-check"], env).seconds
+        by_hand += _timed([gymflow, "eval", "health-check", str(run), "--direct", "--no-cache"], env).seconds
+        out["by_hand"] = by_hand
+    return out
+
+
 def _verdict(value: float, cap: float) -> str:
     return "met" if value <= cap else "MISSED"
 
@@ -162,6 +206,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             os.killpg(server.pid, 15)
             server.wait(timeout=30)
     figures["hash"] = _hash_seconds(rollouts)
+    figures.update(_post_figures(args.rows, gymflow, env))
 
     size_mb = rollouts.stat().st_size / 1e6
     print(f"corpus: {args.rows} rows, {size_mb:.0f} MB ({run_dir.relative_to(REPO)})")
@@ -180,6 +225,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{cached_cap:.2f} s: {_verdict(cached, cached_cap)})"
         )
     print(f"first command on a fresh PREFECT_HOME (starts the local server): {figures['cold']:.2f} s")
+    print(
+        f"eval post on 8 shards: orchestrated {figures['post']:.2f} s, "
+        f"--direct {figures['post_direct']:.2f} s, "
+        f"steps by hand with --direct {figures['by_hand']:.2f} s "
+        f"(orchestrated - by hand = {figures['post'] - figures['by_hand']:.2f} s)"
+    )
     return 0
 
 
