@@ -8,11 +8,15 @@ gymflow starts on first use (:mod:`gymflow.flows._server`), over the SQLite data
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from gymflow import storage
 from gymflow.config import PrefectConfig
 
 RESULT_BLOCK = "gymflow-result-store"
+_BLOCK_ENV = "PREFECT_RESULTS_DEFAULT_STORAGE_BLOCK"
+_LOCAL_ENV = "PREFECT_RESULTS_LOCAL_STORAGE_PATH"
 """The RemoteFileSystem block gymflow saves for a remote ``prefect.result_store``."""
 
 _config = PrefectConfig()
@@ -24,10 +28,6 @@ def prepare(config: PrefectConfig, verbose: bool) -> None:
     _config = config
     os.environ.setdefault("DO_NOT_TRACK", "1")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    if config.result_store is not None and storage.is_local(config.result_store):
-        os.environ["PREFECT_RESULTS_LOCAL_STORAGE_PATH"] = os.path.abspath(
-            config.result_store.removeprefix("file://")
-        )
     if not verbose:
         # Dask's cluster logs (runner.kind: dask) at INFO would flood the terminal.
         os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "warning")
@@ -41,16 +41,32 @@ def startup_timeout_s() -> float:
     return float(_config.startup_timeout_seconds)
 
 
-def use_remote_result_store() -> None:
-    """With a remote ``prefect.result_store``, save it as a block (with the storage options of
-    its protocol) and make it the default result storage of this process and its children.
-    Called once the API is known: blocks live in the API."""
+@contextmanager
+def result_store() -> Iterator[None]:
+    """``prefect.result_store`` as the result storage of this process and its children for the
+    ``with`` block: a directory as Prefect's local storage path; a remote URL saved as a block
+    with the storage options of its protocol (blocks live in the API, so this runs once the API
+    is known)."""
     store = _config.result_store
-    if store is None or storage.is_local(store):
+    if store is None:
+        yield
         return
-    from prefect.filesystems import RemoteFileSystem
+    if storage.is_local(store):
+        variable, value = _LOCAL_ENV, os.path.abspath(store.removeprefix("file://"))
+    else:
+        from prefect.filesystems import RemoteFileSystem
 
-    protocol = store.split("://", 1)[0]
-    options = storage.current_options().get(protocol, {})
-    RemoteFileSystem(basepath=store.rstrip("/"), settings=dict(options)).save(RESULT_BLOCK, overwrite=True)
-    os.environ["PREFECT_RESULTS_DEFAULT_STORAGE_BLOCK"] = f"remote-file-system/{RESULT_BLOCK}"
+        options = storage.current_options().get(store.split("://", 1)[0], {})
+        RemoteFileSystem(basepath=store.rstrip("/"), settings=dict(options)).save(
+            RESULT_BLOCK, overwrite=True
+        )
+        variable, value = _BLOCK_ENV, f"remote-file-system/{RESULT_BLOCK}"
+    previous = os.environ.get(variable)
+    os.environ[variable] = value
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(variable, None)
+        else:
+            os.environ[variable] = previous

@@ -54,8 +54,7 @@ def prefect_api(startup_timeout_s: float | None = None) -> Iterator[str]:
     previous = os.environ.get("PREFECT_API_URL")
     os.environ["PREFECT_API_URL"] = url
     try:
-        with temporary_settings(updates={PREFECT_API_URL: url}):
-            _environment.use_remote_result_store()
+        with temporary_settings(updates={PREFECT_API_URL: url}), _environment.result_store():
             yield url
     finally:
         # Drained here, not at interpreter exit, where Prefect warns "Still processing items".

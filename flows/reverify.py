@@ -11,10 +11,10 @@ from typing import Any
 
 from prefect import flow
 
-from gymflow import storage
+from gymflow import locking, storage
 from gymflow.flows._annotations import unwalked
 from gymflow.flows._publish import RunProgress, orchestrator, publish, record_inputs
-from gymflow.reverify import BatchResult, ReverifyOptions, ReverifyOutcome
+from gymflow.reverify import COMMAND, BatchResult, ReverifyOptions, ReverifyOutcome
 from gymflow.reverify._results import Destination
 from gymflow.tasks import reverify as tasks
 
@@ -52,6 +52,17 @@ def reverify_flow(
 ) -> ReverifyFlowResult:
     """Re-verify the selected rollouts through their resources servers' ``/verify``."""
     storage.configure(storage_options or {})
+    with locking.run_lock(options.output_jsonl_fpath, COMMAND):
+        return _reverified(options, gym_config, progress, warn)
+
+
+def _reverified(
+    options: ReverifyOptions,
+    gym_config: Mapping[str, Any],
+    progress: Progress | None,
+    warn: Callable[[str], None] | None,
+) -> ReverifyFlowResult:
+    """The flow's work once the lock of its output is held."""
     lines: list[str] = []
     echo, warned = unwalked(lines.append), unwalked(warn or lines.append)
     plan = tasks.prepare(options, unwalked(gym_config), echo, warned)

@@ -16,8 +16,9 @@ from typing import Any
 
 import httpx
 
+from gymflow import locking
 from gymflow.reverify._client import Result, TransportFactory, run, verify_stream
-from gymflow.reverify._finish import ReverifyOutcome, finish
+from gymflow.reverify._finish import COMMAND, ReverifyOutcome, finish
 from gymflow.reverify._options import ReverifyOptions
 from gymflow.reverify._plan import Echo, Routed, prepare
 from gymflow.reverify._verify import completed_row, record_row, requests_of
@@ -38,15 +39,29 @@ def run_reverify(
     warn: Echo | None = None,
     transport: TransportFactory | None = None,
     guard_transport: httpx.BaseTransport | None = None,
-    batch_size: int = 1000,
     timings: dict[str, float] | None = None,
 ) -> ReverifyOutcome:
-    """The whole command in-process. On any interruption the output is left resumable.
-
-    ``batch_size`` is accepted for compatibility; rows are streamed and recorded one by one.
+    """The whole command in-process, holding the run lock of ``--output`` (:mod:`gymflow.locking`).
+    Rows are streamed and recorded one by one; on any interruption the output is left resumable.
     ``timings``, when given, receives the seconds of ``prepare``, ``stream`` and ``finish``.
     """
-    del batch_size
+    with locking.run_lock(options.output_jsonl_fpath, COMMAND):
+        return _run(
+            options, gym_config, echo, progress, orchestrator, warn, transport, guard_transport, timings
+        )
+
+
+def _run(
+    options: ReverifyOptions,
+    gym_config: Mapping[str, Any],
+    echo: Echo,
+    progress: Progress | None,
+    orchestrator: Mapping[str, Any] | None,
+    warn: Echo | None,
+    transport: TransportFactory | None,
+    guard_transport: httpx.BaseTransport | None,
+    timings: dict[str, float] | None,
+) -> ReverifyOutcome:
     marks = timings if timings is not None else {}
     began = time.perf_counter()
     plan = prepare(options, gym_config, echo, warn=warn, transport=transport, guard_transport=guard_transport)

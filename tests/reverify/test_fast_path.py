@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-import fsspec
+import fsspec  # type: ignore[import-untyped]
 import httpx
 import orjson
 import pytest
