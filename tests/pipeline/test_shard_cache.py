@@ -1,0 +1,65 @@
+"""Prefect's task cache follows gymflow's content keys: after one shard changes, a rerun reads
+only that shard again (the other's scan is a cache hit)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from uuid import UUID
+
+import pytest
+
+from gymflow.cli import main
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "post_run"
+
+
+def _scan_states(flow_run_id: str, count: int = 2, timeout_s: float = 30.0) -> list[str]:
+    """The final state names of the flow run's scan-shard task runs (the server records task runs
+    from events, a moment after the command returns: wait, bounded, for ``count`` of them)."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        states = _read_scan_states(flow_run_id)
+        if len(states) >= count and all(state in ("Completed", "Cached") for state in states):
+            return sorted(states)
+        if time.monotonic() > deadline:
+            return sorted(states)
+        time.sleep(0.3)
+
+
+def _read_scan_states(flow_run_id: str) -> list[str]:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from gymflow.flows import _server
+
+    with temporary_settings(updates={PREFECT_API_URL: _server.api_url()}):
+        with get_client(sync_client=True) as client:
+            runs = client.read_task_runs(
+                flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[UUID(flow_run_id)]))
+            )
+    return [str(run.state.name if run.state else None) for run in runs if run.name.startswith("scan-shard")]
+
+
+def _aggregate_run_id(run: Path) -> str:
+    record = json.loads((run / "rollouts.provenance.json").read_text())
+    return str(record["orchestrator"]["flow_run_id"])
+
+
+def test_changing_one_shard_reruns_only_its_scan(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(EXAMPLE / "shards", run / "shards")
+    args = ["eval", "aggregate", "-i", str(run / "shards" / "*.jsonl"), "-o", str(run / "rollouts.jsonl")]
+    assert main(args) == 0
+    assert _scan_states(_aggregate_run_id(run)) == ["Completed", "Completed"]
+
+    changed = run / "shards" / "rollouts_shard_1.jsonl"
+    lines = changed.read_text().splitlines(keepends=True)
+    changed.write_text("".join(lines[:-1]))  # one rollout fewer
+    assert main(args) == 0
+    capsys.readouterr()
+    assert _scan_states(_aggregate_run_id(run)) == ["Cached", "Completed"]
