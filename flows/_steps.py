@@ -11,7 +11,7 @@ from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 from gymflow import storage
 from gymflow.aggregate import AggregateOptions, AggregateOutcome
 from gymflow.config import RunnerConfig
-from gymflow.flows._runtime import offloading_runner, task_runner
+from gymflow.flows._runtime import offloading_runner, shard_runner, task_runner
 from gymflow.health import HealthOutcome
 from gymflow.join.run import JoinResult, JoinSettings
 from gymflow.pipeline import Echo
@@ -31,7 +31,7 @@ class FlowSteps:
     def aggregate(self, options: AggregateOptions, echo: Echo) -> AggregateOutcome:
         from gymflow.flows.aggregate import aggregate_flow
 
-        subflow = aggregate_flow.with_options(task_runner=task_runner(self.runner, self.workers))
+        subflow = aggregate_flow.with_options(task_runner=shard_runner(self.runner, self.workers))
         result = subflow(options=options, storage_options=storage.current_options(), progress=self.progress)
         for line in result.console_lines:
             echo(line)

@@ -79,10 +79,9 @@ def _aggregated(options: AggregateOptions, progress: Callable[[int], None] | Non
     spool_dir = tempfile.mkdtemp(prefix="gymflow-aggregate-")
     merged = None
     try:
+        scan = tasks.scan_shard.with_options(refresh_cache=not options.use_cache)  # --no-cache: redo all
         futures = [
-            tasks.scan_shard.submit(
-                shard, index, options, spool_dir, storage.current_options(), unwalked(digests)
-            )
+            scan.submit(shard, index, options, spool_dir, storage.current_options(), unwalked(digests))
             for index, shard in enumerate(shards)
         ]
         parts = []

@@ -77,10 +77,9 @@ def _checked(
         return cached
     sha_by_source = [digest.sha256 for digest in inputs]
     with process_pool(offload_workers and min(offload_workers, len(plan.ranges))) as pool:
+        evaluate = tasks.evaluate_range.with_options(refresh_cache=not use_cache)  # --no-cache: redo all
         futures = [
-            tasks.evaluate_range.submit(
-                byte_range, plan.ignored, sha_by_source[byte_range.source_index], pool
-            )
+            evaluate.submit(byte_range, plan.ignored, sha_by_source[byte_range.source_index], pool)
             for byte_range in plan.ranges
         ]
         results = []
