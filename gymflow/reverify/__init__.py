@@ -16,6 +16,7 @@ through one event loop and one connection pool (``--concurrency`` requests in fl
 row to the last, each row appended as it completes), then ``finish``.
 """
 
+from gymflow.reverify._classes import FailureClass
 from gymflow.reverify._client import ClientSettings, TransportFactory
 from gymflow.reverify._finish import COMMAND, ReverifyOutcome, finish
 from gymflow.reverify._options import CONFIG_KEYS, ReverifyOptions, options_from_config
@@ -29,6 +30,7 @@ __all__ = [
     "CONFIG_KEYS",
     "BatchResult",
     "ClientSettings",
+    "FailureClass",
     "Destination",
     "Echo",
     "OnRow",

@@ -31,6 +31,8 @@ from typing import Any, Protocol, TypeVar
 import httpx
 import orjson
 
+from gymflow.reverify._classes import FailureClass
+
 __all__ = ["ClientSettings", "Request", "Result", "TransportFactory", "verify_requests", "verify_stream"]
 
 TransportFactory = Callable[[int], httpx.AsyncBaseTransport]
@@ -150,7 +152,7 @@ def _retry_after(reply: _Reply, cap: float) -> float | None:
 
 
 def _failure(
-    kind: str, type_: str, message: str, status: int | None, body: str | None, attempts: int
+    kind: FailureClass, type_: str, message: str, status: int | None, body: str | None, attempts: int
 ) -> Result:
     return Result(
         None,

@@ -7,6 +7,8 @@ import json
 from collections.abc import Mapping
 from typing import Any, Literal
 
+from gymflow.reverify._classes import FailureClass
+
 __all__ = ["Destination", "alarm_line", "classify", "reverify_key", "stamp"]
 
 Destination = Literal["output", "sidecar", "none"]
@@ -27,11 +29,11 @@ def stamp(
 ) -> dict[str, Any]:
     """Re-stamp ``row`` (an answer or a failure row) from its request ``body``, in place."""
     if retry_invalid_judge and row.get("invalid_judge_response") and row.get("_ng_failure_class") is None:
+        assigned: FailureClass = "judge_invalid"
         if row.get("invalid_judge_retryable") is False:
-            row["_ng_failure_class"] = "permanent"
+            assigned = "permanent"
             row["_ng_failure_terminal"] = True
-        else:
-            row["_ng_failure_class"] = "judge_invalid"
+        row["_ng_failure_class"] = assigned
     for name in ("_ng_task_index", "_ng_rollout_index"):
         row.pop(name, None)
         row[name] = body.get(name)
@@ -51,7 +53,8 @@ def classify(row: dict[str, Any], atif: bool) -> Destination:
         return "none"
     if no_persist or row.get("_ng_failure_class") is not None:
         if row.get("_ng_failure_class") is None:
-            row["_ng_failure_class"] = "kill_shaped"
+            default: FailureClass = "kill_shaped"
+            row["_ng_failure_class"] = default
         return "sidecar"
     return "output"
 

@@ -13,6 +13,7 @@ import orjson
 from gymflow import storage
 from gymflow.errors import InputError
 from gymflow.gym_config import Routing, verifier_sha256
+from gymflow.reverify._classes import RECOVERED_CLASSES, FailureClass
 from gymflow.reverify._inputs import (
     Key,
     Materialized,
@@ -24,9 +25,8 @@ from gymflow.reverify._inputs import (
 )
 from gymflow.reverify._results import reverify_key
 
-__all__ = ["RECOVERED_CLASSES", "Selection", "Work", "check_multistage", "select_native", "work_of_items"]
+__all__ = ["Selection", "Work", "check_multistage", "select_native", "work_of_items"]
 
-RECOVERED_CLASSES = frozenset({"judge_failed", "judge_invalid"})
 MULTISTAGE = (
     "--judge-failed-only does not support multi-stage rows; resume the multi-stage rollout collection so "
     "stage identity and adaptive references are preserved"
@@ -85,7 +85,8 @@ def unmatched_row(key: Key, row: Mapping[str, Any], raw: bytes) -> dict[str, Any
     out: dict[str, Any] = {"_ng_task_index": key[0], "_ng_rollout_index": key[1]}
     if "agent_ref" in row:
         out["agent_ref"] = row["agent_ref"]
-    out["_ng_failure_class"] = "unmatched_rollout"
+    unmatched: FailureClass = "unmatched_rollout"
+    out["_ng_failure_class"] = unmatched
     out["_ng_failure_message"] = f"no materialized input row for (task {key[0]}, rollout {key[1]})"
     out["_ng_reverify_key"] = reverify_key("gym", content_sha256(b"", raw), "")
     return out
