@@ -4,8 +4,9 @@
   storage, makes the worker ignore Ctrl-C (the parent decides; no traceback per worker) and starts
   a thread that ends the worker as soon as its parent is gone (``kill -9`` of the parent included).
 * :func:`ensure_watchdog` starts, once per process, a small watchdog process that notes this
-  process's descendants (pool workers, multiprocessing's resource tracker, the ephemeral Prefect
-  API server) and terminates those still running when this process dies.
+  process's descendants (pool workers, multiprocessing's resource tracker, launched resources
+  servers) and terminates those still running when this process dies; the local Prefect server,
+  in a session of its own, is meant to outlive commands and is left alone.
 * :func:`add_cleanup` / :func:`run_cleanups`: what an interrupted run must stop before it exits
   (the CLI's signal handler runs them within a deadline).
 """
