@@ -105,7 +105,7 @@ class PipelineSummary:
         """The closing summary printed after every step's own output."""
         out = ["", "Summary:"]
         for step in self.steps:
-            where = ", ".join(f"{label} {url}" for label, url in step.reports.items())
+            where = ", ".join([*(f"{label} {url}" for label, url in step.reports.items()), *step.lines])
             out.append(f"  {step.name}: {step.status}" + (f" ({where})" if where else ""))
         if self.verdicts:
             out.append("  verdicts: " + ", ".join(f"{count} {name}" for name, count in self.verdicts.items()))
@@ -213,9 +213,7 @@ def run_post(options: PostOptions, steps: Steps, echo: Echo) -> PipelineSummary:
     summary.verdicts = dict(health.summary.get("run", {}).get("verdicts", {}))
 
     if options.reverify is None:
-        summary.steps.append(
-            StepReport("reverify", "skipped", lines=["not enabled (reverify.enabled=false)"])
-        )
+        summary.steps.append(StepReport("reverify", "skipped", lines=["reverify.enabled is false"]))
     else:
         reverified = steps.reverify(options.reverify, options.gym_config, echo)
         summary.steps.append(_reverify_report(reverified))
