@@ -6,6 +6,7 @@ It composes tasks only; every rule lives in ``gymflow.join``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from prefect import flow
@@ -47,14 +48,18 @@ def join_flow(
     workers: int = 2,
     use_cache: bool = True,
     storage_options: dict[str, dict[str, Any]] | None = None,
+    progress: Callable[[int], None] | None = None,
 ) -> JoinResult:
-    """Join ``settings.rollouts`` with its CaptureStore into ``settings.output``."""
+    """Join ``settings.rollouts`` with its CaptureStore into ``settings.output`` (``progress``
+    advanced by each range's bytes as it completes)."""
     storage.configure(storage_options or {})
     with locking.run_lock(settings.output, COMMAND):
-        return _joined(settings, workers, use_cache)
+        return _joined(settings, workers, use_cache, progress)
 
 
-def _joined(settings: JoinSettings, workers: int, use_cache: bool) -> JoinResult:
+def _joined(
+    settings: JoinSettings, workers: int, use_cache: bool, progress: Callable[[int], None] | None
+) -> JoinResult:
     """The flow's work once the lock of its output is held."""
     started_at = provenance.timestamp()
     record_url = provenance.record_path(settings.output)
@@ -72,8 +77,10 @@ def _joined(settings: JoinSettings, workers: int, use_cache: bool) -> JoinResult
             for (start, end), part in zip(ranges, parts, strict=True)
         ]
         stats = JoinStats()
-        for future in futures:
+        for (start, end), future in zip(ranges, futures, strict=True):
             stats.merge(future.result())
+            if progress is not None:
+                progress(end - start)
         output = tasks.concatenate(settings, parts)
     finally:
         remove_parts(parts)

@@ -16,6 +16,7 @@ from functools import partial
 
 from gymflow import storage
 from gymflow.cli.logs import configure_logging
+from gymflow.cli.progress import progress_bar
 from gymflow.config import GymflowConfig
 from gymflow.errors import GymflowError, UsageError
 from gymflow.join.direct import run_join
@@ -125,7 +126,14 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace, extras: Seque
         return USAGE_EXIT
     try:
         if args.direct:
-            result = run_join(settings, use_cache=not args.no_cache, workers=args.workers or 1)
+            bar = progress_bar(storage.size(settings.rollouts), "join")
+            try:
+                result = run_join(
+                    settings, use_cache=not args.no_cache, workers=args.workers or 1, progress=bar
+                )
+            finally:
+                if bar is not None:
+                    bar.close()
         else:
             result = _run_flow(config, settings, args.workers, not args.no_cache, args.verbose)
     except GymflowError as exc:
@@ -166,12 +174,18 @@ def _run_flow(
     from gymflow.flows.join import join_flow
 
     limit = _workers(workers)
-    result: JoinResult = run_flow(
-        join_flow,
-        task_runner(config.runner, limit),
-        settings=settings,
-        workers=limit,
-        use_cache=use_cache,
-        storage_options=storage.current_options(),
-    )
+    bar = progress_bar(storage.size(settings.rollouts), "join")
+    try:
+        result: JoinResult = run_flow(
+            join_flow,
+            task_runner(config.runner, limit),
+            settings=settings,
+            workers=limit,
+            use_cache=use_cache,
+            storage_options=storage.current_options(),
+            progress=bar,
+        )
+    finally:
+        if bar is not None:
+            bar.close()
     return result

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import multiprocessing
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from datetime import UTC, datetime
 from typing import Final
@@ -60,6 +60,10 @@ def join_chunk(settings: JoinSettings, start: int, end: int) -> tuple[bytes, Joi
     return data, stats
 
 
+Progress = Callable[[int], None]
+"""Advanced by the number of rollouts bytes joined."""
+
+
 class _Hashed:
     """Counts and hashes the bytes that pass through it (or is told the result)."""
 
@@ -77,10 +81,14 @@ class _Hashed:
         return self.known if self.known is not None else self.hash.hexdigest()
 
 
-def _serial(settings: JoinSettings, stats: JoinStats, source: _Hashed) -> Iterator[bytes]:
+def _serial(
+    settings: JoinSettings, stats: JoinStats, source: _Hashed, progress: Progress | None
+) -> Iterator[bytes]:
     def hashed_lines() -> Iterator[tuple[int, bytes]]:
         for offset, line in storage.iter_lines(settings.rollouts):
             source.add(line)
+            if progress is not None:
+                progress(len(line))
             yield offset, line
 
     batch: list[bytes] = []
@@ -98,7 +106,12 @@ def _serial(settings: JoinSettings, stats: JoinStats, source: _Hashed) -> Iterat
 
 
 def _parallel(
-    settings: JoinSettings, stats: JoinStats, source: _Hashed, workers: int, range_bytes: int
+    settings: JoinSettings,
+    stats: JoinStats,
+    source: _Hashed,
+    workers: int,
+    range_bytes: int,
+    progress: Progress | None,
 ) -> Iterator[bytes]:
     total = storage.size(settings.rollouts)
     ranges = storage.split_ranges(settings.rollouts, max(workers * 2, -(-total // range_bytes)))
@@ -114,20 +127,23 @@ def _parallel(
         initializer=lifeline.worker_init,
         initargs=lifeline.worker_initargs(),
     ) as pool:
-        pending: deque[Future[tuple[bytes, JoinStats]]] = deque()
+        pending: deque[tuple[int, Future[tuple[bytes, JoinStats]]]] = deque()
         queue = iter(ranges)
         for start, end in queue:
-            pending.append(pool.submit(join_chunk, settings, start, end))
+            pending.append((end - start, pool.submit(join_chunk, settings, start, end)))
             if len(pending) >= workers + 1:
                 break
         # Hash the rollouts file while the workers start on it.
         source.known, source.bytes = storage.sha256(settings.rollouts)
         while pending:
-            data, part = pending.popleft().result()
+            size, future = pending.popleft()
+            data, part = future.result()
             nxt = next(queue, None)
             if nxt is not None:
-                pending.append(pool.submit(join_chunk, settings, *nxt))
+                pending.append((nxt[1] - nxt[0], pool.submit(join_chunk, settings, *nxt)))
             stats.merge(part)
+            if progress is not None:
+                progress(size)
             yield data
 
 
@@ -138,17 +154,21 @@ def run_join(
     workers: int = 1,
     parallel_min_bytes: int = PARALLEL_MIN_BYTES,
     range_bytes: int = RANGE_BYTES,
+    progress: Progress | None = None,
 ) -> JoinResult:
     """Join the whole rollouts file without an orchestrator and write output and provenance.
 
     ``workers`` > 1 joins byte ranges of about ``range_bytes`` in that many processes; files under
     ``parallel_min_bytes`` stay in this process. The output bytes do not depend on either.
+    ``progress`` is advanced by the rollouts bytes joined.
     """
     started_at = provenance.timestamp(datetime.now(UTC))
     if not storage.isfile(settings.rollouts):
         raise InputError(f"{settings.rollouts}: rollouts file not found")
     with locking.run_lock(settings.output, COMMAND):
-        return _run_locked(settings, use_cache, workers, parallel_min_bytes, range_bytes, started_at)
+        return _run_locked(
+            settings, use_cache, workers, parallel_min_bytes, range_bytes, started_at, progress
+        )
 
 
 def _run_locked(
@@ -158,6 +178,7 @@ def _run_locked(
     parallel_min_bytes: int,
     range_bytes: int,
     started_at: str,
+    progress: Progress | None,
 ) -> JoinResult:
     record_url = provenance.record_path(settings.output)
     if use_cache and storage.exists(record_url) and provenance.up_to_date(record_url, current_key(settings)):
@@ -167,9 +188,9 @@ def _run_locked(
     stats = JoinStats()
     source = _Hashed()
     if workers > 1 and storage.size(settings.rollouts) >= parallel_min_bytes:
-        chunks = _parallel(settings, stats, source, workers, range_bytes)
+        chunks = _parallel(settings, stats, source, workers, range_bytes, progress)
     else:
-        chunks = _serial(settings, stats, source)
+        chunks = _serial(settings, stats, source, progress)
     written_sha, written_bytes = storage.write_atomic_lines(settings.output, chunks)
     rollouts = provenance.FileDigest(storage.to_uri(settings.rollouts), source.hexdigest(), source.bytes)
     output = provenance.FileDigest(storage.to_uri(settings.output), written_sha, written_bytes)
