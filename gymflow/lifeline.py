@@ -145,6 +145,8 @@ def worker_init(options: Mapping[str, Mapping[str, Any]] | None = None, parent: 
         os._exit(1)
     with suppress(ValueError):  # not the main thread of the worker: nothing to change
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Started with SIGINT blocked (gymflow.parallel): now that it is ignored, a pending one is dropped.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     watch_parent()
     storage.configure(options or {})
 

@@ -7,30 +7,52 @@ on whether the pool ran.
 from __future__ import annotations
 
 import pickle
+import signal
 import warnings
-from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
 from multiprocessing import get_context
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from gymflow import lifeline
 
 T = TypeVar("T")
 R = TypeVar("R")
 
-__all__ = ["map_ordered", "pool"]
+__all__ = ["map_ordered", "pool", "submit"]
+
+
+@contextmanager
+def _ctrl_c_held() -> Iterator[None]:
+    """Hold SIGINT back in this thread while it starts processes: a child inherits the blocked
+    signal and ignores it once its initializer runs (:func:`gymflow.lifeline.worker_init`). A
+    Ctrl-C that reached a child still starting would kill it mid-start with Python's "Fatal
+    Python error" on the terminal; here it reaches only this process, when the block ends."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def pool(workers: int) -> ProcessPoolExecutor:
     """A pool of ``workers`` core-only processes that exit with this one."""
     lifeline.ensure_watchdog()
-    return ProcessPoolExecutor(
-        max_workers=workers,
-        mp_context=get_context("spawn"),
-        initializer=lifeline.worker_init,
-        initargs=lifeline.worker_initargs(),
-    )
+    with _ctrl_c_held():
+        return ProcessPoolExecutor(
+            max_workers=workers,
+            mp_context=get_context("spawn"),
+            initializer=lifeline.worker_init,
+            initargs=lifeline.worker_initargs(),
+        )
+
+
+def submit(executor: Executor, function: Callable[..., R], *args: Any) -> Future[R]:
+    """``executor.submit`` with Ctrl-C held back while it may start a worker process."""
+    with _ctrl_c_held():
+        return executor.submit(function, *args)
 
 
 def map_ordered(
@@ -66,7 +88,7 @@ def map_ordered(
         return serially()
     try:
         with executor:
-            futures = [executor.submit(function, item) for item in items]
+            futures = [submit(executor, function, item) for item in items]
             for item, future in zip(items, futures, strict=True):
                 result = future.result()
                 if done is not None:

@@ -17,7 +17,7 @@ from prefect.assets import materialize
 from prefect.cache_policies import NO_CACHE
 from prefect.context import TaskRunContext
 
-from gymflow import __version__, health, provenance
+from gymflow import __version__, health, parallel, provenance
 from gymflow.health import ByteRange, HealthPlan, HealthReport, RangeResult
 from gymflow.tasks._retries import IO_RETRIES
 
@@ -49,7 +49,7 @@ def evaluate_range(
 ) -> RangeResult:
     if pool is None:
         return health.evaluate_range(byte_range, ignored)
-    return pool.submit(health.evaluate_range, byte_range, tuple(ignored)).result()
+    return parallel.submit(pool, health.evaluate_range, byte_range, tuple(ignored)).result()
 
 
 @task(name="reduce-report", cache_policy=NO_CACHE)
