@@ -13,27 +13,29 @@ from collections.abc import Sequence
 from prefect import flow
 
 from gymflow import provenance, storage
+from gymflow.config import GymflowConfig
 from gymflow.flows.post import post_flow
 
 EVENT = "gymflow.eval.completed"
 """The event ``gymflow notify RUN`` emits; its resource id is the run's URI."""
 
 
-def _configure() -> None:
+def _configure() -> GymflowConfig:
+    """gymflow's config, with storage configured from it (what each CLI command does first)."""
     from gymflow.cli.config import load_config
 
-    storage.configure(load_config().storage.options)
+    settings = load_config()
+    storage.configure(settings.storage.options)
+    return settings
 
 
 @flow(name="post-run", log_prints=False)
 def post_run(run: str, config: Sequence[str] = (), overrides: Sequence[str] = ()) -> list[str]:
     """``gymflow eval post RUN`` as a deployment; returns the summary lines."""
-    from gymflow.cli.config import load_config
     from gymflow.cli.post import build_options
     from gymflow.health import default_workers
 
-    settings = load_config()
-    storage.configure(settings.storage.options)
+    settings = _configure()
     options = build_options(run, list(config), list(overrides), use_cache=True)
     result = post_flow(
         options=options,

@@ -53,12 +53,15 @@ def health_check(
     storage.configure(storage_options or {})
     summary_url = storage.join(report_dir, "quality_summary.json")
     with locking.run_lock(summary_url, health.COMMAND):
-        return _checked(paths, report_dir, workers, ignored_checks, use_cache, offload_workers, progress)
+        return _checked(
+            paths, report_dir, summary_url, workers, ignored_checks, use_cache, offload_workers, progress
+        )
 
 
 def _checked(
     paths: Sequence[str],
     report_dir: str,
+    summary_url: str,
     workers: int | None,
     ignored_checks: Sequence[str],
     use_cache: bool,
@@ -69,7 +72,6 @@ def _checked(
     started_at = provenance.timestamp()
     plan = tasks.plan_ranges(paths, workers, ignored_checks)
     inputs = [future.result() for future in [tasks.hash_input.submit(path) for path in plan.paths]]
-    summary_url = storage.join(report_dir, "quality_summary.json")
     record_url = provenance.record_path(summary_url)
     if use_cache and provenance.up_to_date(record_url, health.cache_key(plan, inputs)):
         cached = health.cached_outcome(summary_url, record_url)
