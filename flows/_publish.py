@@ -27,6 +27,15 @@ def orchestrator() -> dict[str, Any]:
     }
 
 
+def lineage(outputs: Sequence[str], inputs: Sequence[str]) -> dict[str, list[str]]:
+    """``with_options`` arguments of a materialising task: the reports it writes as assets, the
+    inputs they derive from as upstream assets (absolute URIs)."""
+    return {
+        "assets": [storage.to_uri(url) for url in outputs],
+        "asset_deps": list(dict.fromkeys(storage.to_uri(url) for url in inputs)),
+    }
+
+
 def artifact_key(command: str, location: str) -> str:
     """``<command>-<location name>-<8 hex of its URI>``: lowercase, digits and dashes only."""
     uri = storage.to_uri(location)

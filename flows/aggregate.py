@@ -21,7 +21,7 @@ from gymflow import locking, pipeline, provenance, storage
 from gymflow.aggregate import AggregateOptions, AggregateOutcome
 from gymflow.config import RunnerConfig
 from gymflow.flows._annotations import unwalked
-from gymflow.flows._publish import orchestrator, publish, record_inputs
+from gymflow.flows._publish import lineage, orchestrator, publish, record_inputs
 from gymflow.tasks import aggregate as tasks
 
 
@@ -99,7 +99,9 @@ def _aggregated(options: AggregateOptions, progress: Callable[[int], None] | Non
     reduction = tasks.reduce_metrics(unwalked(parts), options)
     if options.server_metrics:
         reduction = tasks.server_metrics(unwalked(reduction), options, shards)
-    tasks.write_outputs(unwalked(parts), unwalked(reduction), options, orchestrator(), started_at, merged)
+    outputs = [options.metrics_path, options.record_path] + ([options.output] if merged else [])
+    write = tasks.write_outputs.with_options(**lineage(outputs, [digest.uri for _, digest in digests]))
+    write(unwalked(parts), unwalked(reduction), options, orchestrator(), started_at, merged)
     core.report_run(reduction, options, outcome, lines.append)
     _publish(outcome)
     return FlowOutcome(outcome, lines)

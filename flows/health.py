@@ -12,7 +12,7 @@ from prefect import flow
 
 from gymflow import health, locking, provenance, storage
 from gymflow.flows._annotations import unwalked
-from gymflow.flows._publish import RunProgress, orchestrator, publish, record_inputs
+from gymflow.flows._publish import RunProgress, lineage, orchestrator, publish, record_inputs
 from gymflow.flows._runtime import process_pool
 from gymflow.health import HealthOutcome
 from gymflow.tasks import health as tasks
@@ -93,13 +93,8 @@ def _checked(
                 progress(byte_range.end - byte_range.start)
     # unwalked(): Prefect would otherwise walk every row of these arguments looking for futures.
     report = tasks.reduce_report(plan, unwalked(results))
-    write = tasks.write_reports.with_options(
-        assets=[
-            storage.to_uri(summary_url),
-            storage.to_uri(storage.join(report_dir, "rollout_verdicts.jsonl")),
-        ],
-        asset_deps=[digest.uri for digest in inputs],
-    )
+    reports = [summary_url, storage.join(report_dir, "rollout_verdicts.jsonl")]
+    write = tasks.write_reports.with_options(**lineage(reports, [digest.uri for digest in inputs]))
     outcome = write(plan, unwalked(report), report_dir, inputs, orchestrator(), started_at)
     _publish(outcome, report_dir)
     return outcome

@@ -13,7 +13,7 @@ from prefect import flow
 
 from gymflow import locking, storage
 from gymflow.flows._annotations import unwalked
-from gymflow.flows._publish import RunProgress, orchestrator, publish, record_inputs
+from gymflow.flows._publish import RunProgress, lineage, orchestrator, publish, record_inputs
 from gymflow.reverify import COMMAND, BatchResult, ReverifyOptions, ReverifyOutcome
 from gymflow.reverify._results import Destination
 from gymflow.tasks import reverify as tasks
@@ -96,7 +96,17 @@ def _reverified(
     except BaseException:
         plan.abort()
         raise
-    outcome = tasks.finish(unwalked(plan), unwalked(lines.append), orchestrator())
+    paths = plan.paths
+    written = [paths.output, paths.sidecar, paths.record] + (
+        [] if options.disable_aggregation else [paths.metrics]
+    )
+    sources = (
+        options.materialized_inputs_jsonl_fpath,
+        options.rollouts_jsonl_fpath,
+        options.atif_manifest_jsonl_fpath,
+    )
+    finish = tasks.finish.with_options(**lineage(written, [source for source in sources if source]))
+    outcome = finish(unwalked(plan), unwalked(lines.append), orchestrator())
     reports = {"reverified rollouts": outcome.output, "failures sidecar": outcome.sidecar}
     if outcome.metrics_path:
         reports["aggregate metrics"] = outcome.metrics_path

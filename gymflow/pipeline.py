@@ -20,6 +20,7 @@ import orjson
 from gymflow import storage
 from gymflow.aggregate import AggregateOptions, AggregateOutcome
 from gymflow.errors import GymflowError
+from gymflow.frozen import FrozenDict, freeze
 from gymflow.health import HealthOutcome
 from gymflow.join.run import JoinResult, JoinSettings
 from gymflow.reverify import ReverifyOptions, ReverifyOutcome
@@ -74,8 +75,11 @@ class PostOptions:
     """Aggregate settings; ``input_glob``/``output`` are filled from ``shards``/``rollouts``."""
     reverify: ReverifyOptions | None = None
     """Set when the config enables the reverify step."""
-    gym_config: Mapping[str, Any] = field(default_factory=dict)
+    gym_config: Mapping[str, Any] = field(default_factory=FrozenDict)
     use_cache: bool = True
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "gym_config", freeze(self.gym_config))
 
     def path(self, relative: str) -> str:
         return storage.resolve_under(self.run, relative)

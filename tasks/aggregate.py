@@ -5,8 +5,9 @@ and the shard tasks' cache keys both use it. One task per shard reads it (parse,
 sidecars), cached by the SHA-256 of the shard and its sidecars and the output-affecting options,
 so after one shard changes a rerun reads only that shard. ``merge-shards`` writes the merged file;
 ``reduce-metrics`` computes every group's metrics; ``server-metrics`` asks the resources servers
-(``--server-metrics``); ``write-outputs`` writes the metrics file and the provenance record. I/O
-tasks retry with backoff; the reduce does not.
+(``--server-metrics``); ``write-outputs`` writes the metrics file and the provenance record and
+materialises the outputs as Prefect assets (the flow names them, with the inputs as their
+dependencies). I/O tasks retry with backoff; the reduce does not.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from prefect import task
+from prefect.assets import materialize
 from prefect.cache_policies import NO_CACHE
 
 from gymflow import aggregate, storage
@@ -91,7 +93,7 @@ def server_metrics(reduction: Reduction, options: AggregateOptions, shards: Sequ
     return reduction
 
 
-@task(name="write-outputs", cache_policy=NO_CACHE, **IO_RETRIES)
+@materialize("gymflow://aggregate-outputs", name="write-outputs", cache_policy=NO_CACHE, **IO_RETRIES)
 def write_outputs(
     parts: Sequence[ShardPart],
     reduction: Reduction,

@@ -1,6 +1,7 @@
 """Prefect tasks of ``eval reverify`` (spec §5): prepare (read, join, route, guard, outputs),
 verify one batch of at most 1000 rows (the concurrency bound and the per-row retries are the
-core's, never Prefect's), record a batch, finish (sort, aggregate, provenance).
+core's, never Prefect's), record a batch, finish (sort, aggregate, provenance; it materialises
+the outputs as Prefect assets with the inputs as their dependencies).
 
 A batch's result is cached by its rows' ``_ng_reverify_key`` s (content keys: input bytes and the
 verifier's configuration), so a rerun over the same rows reuses every batch that completed. A
@@ -15,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from prefect import task
+from prefect.assets import materialize
 from prefect.cache_policies import NO_CACHE
 from prefect.client.schemas.objects import State
 from prefect.states import Completed, Failed
@@ -59,6 +61,6 @@ def record_batch(plan: ReverifyPlan, result: BatchResult, echo: Echo) -> None:
     reverify.record_batch(plan, result, echo)
 
 
-@task(name="finish", cache_policy=NO_CACHE, **IO_RETRIES)
+@materialize("gymflow://reverify-outputs", name="finish", cache_policy=NO_CACHE, **IO_RETRIES)
 def finish(plan: ReverifyPlan, echo: Echo, orchestrator: Mapping[str, Any]) -> ReverifyOutcome:
     return reverify.finish(plan, echo, orchestrator)

@@ -12,6 +12,7 @@ from uuid import UUID
 import pytest
 
 from gymflow.cli import main
+from tests.asset_events import asset_events
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "post_run"
 REPORTS = (
@@ -129,6 +130,11 @@ def test_prefect_post_publishes_artifacts_and_reruns_as_cache_hits(
     assert record["orchestrator"]["flow_run_url"].startswith("http://127.0.0.1:")
     aggregate_record = json.loads((run_dir / "rollouts.provenance.json").read_text())
     assert aggregate_record["orchestrator"]["kind"] == "prefect"
+    # Every report is an asset whose upstream are the inputs it was computed from.
+    materialized = ["prefect.asset.materialization.succeeded"]
+    for name in ("rollouts_aggregate_metrics.json", "rollouts.jsonl", "quality_summary.json"):
+        assert materialized[0] in asset_events(run_dir / name), name
+    assert asset_events(run_dir / "shards" / "rollouts_shard_0.jsonl") == ["prefect.asset.referenced"]
 
     artifacts = _artifacts(_flow_run_id(out))
     by_type: dict[str, list[Any]] = {}

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from gymflow.cli import main
+from tests.asset_events import asset_events
 from tests.reverify.cases import write_jsonl
 from tests.reverify.server_process import ServerProcess, gym_config, mcqa_rows, start_server
 
@@ -42,6 +43,9 @@ def test_post_reverifies_and_recovers_only_the_failed_row(
     assert b'"_ng_failure_class":"judge_failed"' in (run / "rollouts_reverified_failures.jsonl").read_bytes()
     assert (run / "rollouts_reverified_aggregate_metrics.json").is_file()
     assert len(server.log("/verify")) == 10
+    if not mode:  # the reverified rollouts are an asset computed from the run's inputs
+        assert "prefect.asset.materialization.succeeded" in asset_events(run / "rollouts_reverified.jsonl")
+        assert "prefect.asset.referenced" in asset_events(run / "rollouts_materialized_inputs.jsonl")
 
     server.reset()
     assert main(["eval", "post", str(run), "--config", str(config), *mode]) == 0
