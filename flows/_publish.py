@@ -10,9 +10,10 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypedDict
 
 from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
+from prefect.assets import Asset
 from prefect.runtime import flow_run
 
 from gymflow import provenance, storage
@@ -27,13 +28,18 @@ def orchestrator() -> dict[str, Any]:
     }
 
 
-def lineage(outputs: Sequence[str], inputs: Sequence[str]) -> dict[str, list[str]]:
+class Lineage(TypedDict):
+    assets: list[str | Asset]
+    asset_deps: list[str | Asset]
+
+
+def lineage(outputs: Sequence[str], inputs: Sequence[str]) -> Lineage:
     """``with_options`` arguments of a materialising task: the reports it writes as assets, the
     inputs they derive from as upstream assets (absolute URIs)."""
-    return {
-        "assets": [storage.to_uri(url) for url in outputs],
-        "asset_deps": list(dict.fromkeys(storage.to_uri(url) for url in inputs)),
-    }
+    return Lineage(
+        assets=[storage.to_uri(url) for url in outputs],
+        asset_deps=list(dict.fromkeys(storage.to_uri(url) for url in inputs)),
+    )
 
 
 def artifact_key(command: str, location: str) -> str:

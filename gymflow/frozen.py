@@ -26,8 +26,8 @@ class FrozenDict(dict[K, V]):
         raise TypeError(f"{type(self).__name__} is immutable")
 
     __setitem__ = __delitem__ = _refuse
-    clear = pop = popitem = setdefault = update = _refuse  # type: ignore[assignment]
-    __ior__ = _refuse  # type: ignore[assignment]
+    clear = pop = popitem = setdefault = update = _refuse
+    __ior__ = _refuse
 
     def __hash__(self) -> int:  # type: ignore[override]
         return hash(frozenset(self.items()))
