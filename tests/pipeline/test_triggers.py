@@ -1,5 +1,6 @@
 """Triggers end to end: ``gymflow serve`` in a subprocess, ``gymflow notify RUN`` starts a
-``post-run`` flow run for RUN, and the sweep schedule finds a stale run under its prefix."""
+``post-run`` flow run for RUN, a completed flow run of the configured evaluation flow starts one
+for the run its parameter names, and the sweep schedule finds a stale run under its prefix."""
 
 from __future__ import annotations
 
@@ -13,6 +14,18 @@ import time
 from pathlib import Path
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "post_run"
+
+# An evaluation as a Prefect flow of its own: it writes the run's shards and completes.
+EVALUATION = """
+import shutil, sys
+from prefect import flow
+
+@flow(name="nightly-eval")
+def nightly_eval(output_dir: str) -> None:
+    shutil.copytree(sys.argv[1], output_dir + "/shards")
+
+nightly_eval(sys.argv[2])
+"""
 
 
 def _wait_for(path: Path, process: subprocess.Popen[str], timeout_s: float, log: Path) -> None:
@@ -48,8 +61,9 @@ def _completed_post_runs(run_uri: str) -> list[str]:
     return [str(run.id) for run in runs if run.parameters.get("run") == run_uri]
 
 
-def test_notify_starts_post_and_the_sweep_finds_a_stale_run(tmp_path: Path) -> None:
+def test_notify_and_the_evaluation_flow_start_post_and_the_sweep_finds_a_stale_run(tmp_path: Path) -> None:
     notified = tmp_path / "notified"
+    evaluated = tmp_path / "evaluated"
     prefix = tmp_path / "results"
     stale = prefix / "stale-run"
     for run in (notified, stale):
@@ -58,7 +72,19 @@ def test_notify_starts_post_and_the_sweep_finds_a_stale_run(tmp_path: Path) -> N
     log = tmp_path / "serve.log"
     with open(log, "w") as out:
         serve = subprocess.Popen(
-            [sys.executable, "-m", "gymflow.cli", "serve", "--sweep", str(prefix), "--sweep-interval", "15"],
+            [
+                *(
+                    sys.executable,
+                    "-m",
+                    "gymflow.cli",
+                    "serve",
+                    "--sweep",
+                    str(prefix),
+                    "--sweep-interval",
+                    "15",
+                ),
+                *("--evaluation-flow", "nightly-eval", "--run-parameter", "output_dir"),
+            ],
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -81,6 +107,17 @@ def test_notify_starts_post_and_the_sweep_finds_a_stale_run(tmp_path: Path) -> N
         assert notify.returncode == 0, notify.stderr
         assert notify.stdout.startswith(f"Emitted gymflow.eval.completed for {notified.as_uri()} (event ")
         _wait_for(notified / "quality_summary.provenance.json", serve, 120, log)
+        from gymflow.flows import _server
+
+        evaluation = subprocess.run(
+            [sys.executable, "-c", EVALUATION, str(EXAMPLE / "shards"), str(evaluated)],
+            env={**env, "PREFECT_API_URL": _server.api_url()},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert evaluation.returncode == 0, evaluation.stderr[-3000:]
+        _wait_for(evaluated / "quality_summary.provenance.json", serve, 120, log)
         _wait_for(stale / "quality_summary.provenance.json", serve, 60, log)
     finally:
         os.killpg(serve.pid, signal.SIGINT)
@@ -93,6 +130,6 @@ def test_notify_starts_post_and_the_sweep_finds_a_stale_run(tmp_path: Path) -> N
     assert record["orchestrator"]["kind"] == "prefect"
     assert (notified / "rollouts_aggregate_metrics.json").is_file()
     deadline = time.monotonic() + 30
-    while not _completed_post_runs(notified.as_uri()):
+    while not (_completed_post_runs(notified.as_uri()) and _completed_post_runs(str(evaluated))):
         assert time.monotonic() < deadline, "no completed post-run flow run for the notified run"
         time.sleep(0.5)
