@@ -36,7 +36,7 @@ from typing import Any
 
 import orjson
 
-from gymflow import storage
+from gymflow import storage, storage_faults
 from gymflow.errors import StorageError
 
 __all__ = ["DEFAULT_LEASE_S", "Holder", "RunLockedError", "lock_path", "release_all", "run_lock"]
@@ -275,7 +275,8 @@ def _acquire_remote(
         except FileExistsError:
             pass
         except Exception as exc:  # noqa: BLE001 - any backend failure: one line naming the lock
-            raise StorageError(f"{path}: cannot take the run lock: {storage.describe_error(exc)}") from exc
+            reason = storage_faults.describe_error(exc)
+            raise StorageError(f"{path}: cannot take the run lock: {reason}") from exc
         exists, current = _read_remote(fs, key)
         if not exists:
             continue  # released meanwhile

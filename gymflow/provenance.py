@@ -19,7 +19,7 @@ from typing import Any, Literal, NamedTuple
 
 import orjson
 
-from gymflow import __version__, storage
+from gymflow import __version__, storage, storage_faults
 from gymflow.errors import InputError, UsageError
 
 logger = logging.getLogger(__name__)
@@ -69,7 +69,7 @@ def redact(params: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _redact_value(key: str | None, value: Any) -> Any:
-    if key is not None and storage.is_secret_name(key) and value is not None:
+    if key is not None and storage_faults.is_secret_name(key) and value is not None:
         return REDACTED
     if isinstance(value, Mapping):
         return redact(value)

@@ -9,7 +9,8 @@ Credentials are never hard-coded: without options, s3fs (through botocore) reads
 environment variables (``AWS_ENDPOINT_URL`` is honoured by this botocore; a test checks it).
 
 Failures are raised as :class:`~gymflow.errors.InputError` (a file to read is missing) or
-:class:`~gymflow.errors.StorageError` (anything else), naming the URL without credentials.
+:class:`~gymflow.errors.StorageError` (anything else), naming the URL without credentials; how
+failures are bounded and explained lives in :mod:`gymflow.storage_faults`.
 """
 
 from __future__ import annotations
@@ -28,15 +29,21 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from pathlib import PurePath
 from typing import Any, BinaryIO, cast
-from urllib.parse import urlsplit, urlunsplit
 
 import fsspec  # type: ignore[import-untyped]
 from fsspec.core import url_to_fs  # type: ignore[import-untyped]
 
-from gymflow.errors import GymflowError, InputError, StorageError
+from gymflow.errors import InputError, StorageError
+from gymflow.storage_faults import (
+    URL_SCHEME,
+    guard,
+    scrub_url,
+    upload_deadline,
+    with_timeouts,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -50,10 +57,6 @@ _PREFETCH = 2
 """Range requests kept in flight when streaming from an object store."""
 
 _LOCAL_PROTOCOLS = frozenset({"file", "local"})
-_SCHEME = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
-_SECRET_NAME = re.compile(r"key|secret|token|password|credential|authorization|signature", re.IGNORECASE)
-_SECRET_QUERY_NAMES = frozenset({"sig", "x-amz-security-token", "awsaccesskeyid"})
-_BACKEND_MODULES = frozenset({"botocore", "aiobotocore", "aiohttp", "s3fs", "fsspec"})
 
 _options: dict[str, dict[str, Any]] = {}
 
@@ -86,40 +89,22 @@ def _copy_options(options: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[st
     }
 
 
-def is_secret_name(name: str) -> bool:
-    """Whether a parameter or query-string name looks like it holds a secret."""
-    return bool(_SECRET_NAME.search(name)) or name.lower() in _SECRET_QUERY_NAMES
-
-
 # -- URLs ------------------------------------------------------------------------------------
 
 
 def _protocol(url: str) -> str:
-    match = _SCHEME.match(url)
+    match = URL_SCHEME.match(url)
     return match.group(1).lower() if match else "file"
 
 
 def _local_path(url: str) -> str | None:
     """The OS path of a local path or ``file://`` URL, or None for any other URL."""
-    match = _SCHEME.match(url)
+    match = URL_SCHEME.match(url)
     if match is None:
         return url
     if match.group(1).lower() in _LOCAL_PROTOCOLS:
         return url[match.end() :]
     return None
-
-
-def _scrub(url: str) -> str:
-    """``url`` without user-info or secret-looking query parameters (unchanged if it has none)."""
-    if _SCHEME.match(url) is None:
-        return url
-    parts = urlsplit(url)
-    netloc = parts.netloc.rpartition("@")[2]
-    kept = [p for p in parts.query.split("&") if p and not is_secret_name(p.partition("=")[0])]
-    query = "&".join(kept)
-    if netloc == parts.netloc and query == parts.query:
-        return url
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
 def is_local(url: str) -> bool:
@@ -135,59 +120,24 @@ def filesystem(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
         try:
             cls = fsspec.get_filesystem_class(protocol)
         except (ImportError, ValueError) as exc:
-            raise StorageError(f"{_scrub(url)}: unsupported storage protocol {protocol!r}") from exc
+            raise StorageError(f"{scrub_url(url)}: unsupported storage protocol {protocol!r}") from exc
         names = cls.protocol if isinstance(cls.protocol, tuple) else (cls.protocol,)
         for name in (protocol, *names):
             if name in _options:
                 options = dict(_options[name])
                 break
-    options, retries = _with_timeouts(protocol, options)
-    with _guard(url, "open filesystem for"):
+    options, retries = with_timeouts(protocol, options)
+    with guard(url, "open filesystem for"):
         fs, path = url_to_fs(url, **options)
     if retries is not None and hasattr(fs, "retries"):
         fs.retries = 1  # botocore retries (standard mode, with backoff): attempts do not multiply
     return fs, cast(str, path)
 
 
-DEFAULT_CONNECT_TIMEOUT = 10.0
-"""Seconds to wait for an object store to accept a connection (``connect_timeout`` option)."""
-
-DEFAULT_READ_TIMEOUT = 60.0
-"""Seconds to wait for any answer on an open connection (``read_timeout`` option)."""
-
-DEFAULT_RETRIES = 3
-"""Attempts of a request that failed transiently (``retries`` option), with backoff between them."""
-
-_TIMEOUT_KEYS = ("connect_timeout", "read_timeout", "retries")
-
-
-def _with_timeouts(protocol: str, options: dict[str, Any]) -> tuple[dict[str, Any], int | None]:
-    """S3 options with gymflow's bounded timeouts and retries filled in (the user's win).
-
-    ``connect_timeout``, ``read_timeout`` and ``retries`` (total attempts) may be given as plain
-    storage options; they become botocore's ``config_kwargs`` (standard retry mode: transient
-    errors, throttling and 5xx answers are retried with backoff; s3fs' own loop then makes one
-    attempt), so no request hangs longer than ``retries`` x (``connect_timeout`` +
-    ``read_timeout``) plus backoff.
-    """
-    if protocol not in ("s3", "s3a"):
-        return options, None
-    options = dict(options)
-    connect = float(options.pop("connect_timeout", DEFAULT_CONNECT_TIMEOUT))
-    read = float(options.pop("read_timeout", DEFAULT_READ_TIMEOUT))
-    retries = max(1, int(options.pop("retries", DEFAULT_RETRIES)))
-    config = dict(options.get("config_kwargs") or {})
-    config.setdefault("connect_timeout", connect)
-    config.setdefault("read_timeout", read)
-    config.setdefault("retries", {"max_attempts": retries, "mode": "standard"})
-    options["config_kwargs"] = config
-    return options, retries
-
-
 def join(base: str, *parts: str) -> str:
     """Join path components onto ``base``, keeping its form (local path or URL)."""
     local = _local_path(base)
-    if local is not None and _SCHEME.match(base) is None:
+    if local is not None and URL_SCHEME.match(base) is None:
         return os.path.join(base, *parts)
     result = base
     for part in parts:
@@ -209,7 +159,7 @@ def resolve_under(base: str, path: str) -> str:
 
 def parent(url: str) -> str:
     """The directory (or prefix) containing ``url``; a bucket or root is its own parent."""
-    match = _SCHEME.match(url)
+    match = URL_SCHEME.match(url)
     if match is None:
         return os.path.dirname(url.rstrip("/") or "/") or "."
     scheme, rest = url[: match.end()], url[match.end() :]
@@ -230,74 +180,7 @@ def to_uri(url: str) -> str:
     local = _local_path(url)
     if local is not None:
         return "file://" + os.path.abspath(local)
-    return _scrub(url)
-
-
-# -- errors ----------------------------------------------------------------------------------
-
-
-def _is_backend_error(exc: BaseException) -> bool:
-    module = type(exc).__module__.split(".", 1)[0]
-    return isinstance(exc, OSError) or module in _BACKEND_MODULES
-
-
-@contextmanager
-def _guard(url: str, action: str, *, writing: bool = False) -> Iterator[None]:
-    """Translate storage failures into gymflow errors that name ``url`` (without credentials).
-
-    A missing file is an :class:`InputError` when reading; any failure to write (a missing
-    bucket included) is a :class:`StorageError`.
-    """
-    try:
-        yield
-    except GymflowError:
-        raise
-    except FileNotFoundError as exc:
-        if writing:
-            raise StorageError(f"{_scrub(url)}: cannot {action} it: {exc}") from exc
-        raise InputError(f"{_scrub(url)}: no such file or directory (while trying to {action} it)") from exc
-    except Exception as exc:
-        if not _is_backend_error(exc):
-            raise
-        raise StorageError(f"{_scrub(url)}: cannot {action} it: {_explain(exc)}") from exc
-
-
-_CONNECT_ERRORS = (
-    "EndpointConnectionError",
-    "ConnectTimeoutError",
-    "ClientConnectorError",
-    "ConnectionError",
-)
-_TIMEOUT_ERRORS = ("ReadTimeoutError", "ReadTimeout", "TimeoutError", "FSTimeoutError", "timeout")
-_CREDENTIAL_CODES = ("InvalidAccessKeyId", "SignatureDoesNotMatch", "NoCredentialsError", "ExpiredToken")
-
-
-def describe_error(exc: BaseException) -> str:
-    """One line saying what a storage backend's exception means (credentials, bucket, network)."""
-    return _explain(exc)
-
-
-def _explain(exc: BaseException) -> str:
-    """One line saying what went wrong with a storage request, the backend's words included."""
-    chain: list[BaseException] = []
-    current: BaseException | None = exc
-    while current is not None and len(chain) < 8:
-        chain.append(current)
-        current = current.__cause__ or current.__context__
-    names = {type(item).__name__ for item in chain}
-    text = " ".join(str(item) for item in chain)
-    detail = " ".join(str(exc).split()) or type(exc).__name__
-    if any(code in text or code in names for code in _CREDENTIAL_CODES):
-        return f"the credentials were refused or are missing ({detail})"
-    if "NoSuchBucket" in text or "bucket does not exist" in text.lower():
-        return f"the bucket does not exist ({detail})"
-    if names & set(_TIMEOUT_ERRORS) and not names & set(_CONNECT_ERRORS[:1]):
-        return f"the storage endpoint did not answer in time ({detail})"
-    if names & set(_CONNECT_ERRORS) or "Could not connect" in text:
-        return f"the storage endpoint cannot be reached ({detail})"
-    if isinstance(exc, PermissionError) or "AccessDenied" in text:
-        return f"access denied: check the credentials and their permissions ({detail})"
-    return detail
+    return scrub_url(url)
 
 
 # -- metadata --------------------------------------------------------------------------------
@@ -308,7 +191,7 @@ def _probe(url: str, local_check: Callable[[str], bool], method: str) -> bool:
     if local is not None:
         return local_check(local)
     fs, path = filesystem(url)
-    with _guard(url, "check"):
+    with guard(url, "check"):
         # Another process may have written since this client last listed the prefix.
         fs.invalidate_cache(path)
         # fsspec's exists/isfile/isdir answer False on *any* failure (an endpoint that is down,
@@ -343,7 +226,7 @@ def isdir(url: str) -> bool:
 def size(url: str) -> int:
     """The size of the file at ``url`` in bytes."""
     local = _local_path(url)
-    with _guard(url, "stat"):
+    with guard(url, "stat"):
         if local is not None:
             return os.path.getsize(local)
         fs, path = filesystem(url)
@@ -353,7 +236,7 @@ def size(url: str) -> int:
 
 def glob(pattern: str) -> list[str]:
     """Sorted matches of ``pattern`` (``*``, ``?``, ``[..]``, ``**``), in the pattern's form."""
-    match = _SCHEME.match(pattern)
+    match = URL_SCHEME.match(pattern)
     local = _local_path(pattern)
     if local is not None:
         prefix = pattern[: match.end()] if match else ""
@@ -361,7 +244,7 @@ def glob(pattern: str) -> list[str]:
     assert match is not None
     scheme, rest = pattern[: match.end()], pattern[match.end() :]
     fs, path = filesystem(pattern)
-    with _guard(pattern, "list"):
+    with guard(pattern, "list"):
         fs.invalidate_cache()
         found = [str(p) for p in fs.glob(path)]
     if not rest.startswith("/"):
@@ -389,7 +272,7 @@ def _open_regular(url: str, local: str, buffering: int) -> BinaryIO:
         if not stat.S_ISREG(mode):
             kind = _KINDS.get(stat.S_IFMT(mode), "not a regular file")
             raise InputError(
-                f"{_scrub(url)}: is {kind}, not a regular file; gymflow reads regular files only"
+                f"{scrub_url(url)}: is {kind}, not a regular file; gymflow reads regular files only"
             )
         fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
         handle: BinaryIO = os.fdopen(fd, "rb", buffering=buffering)
@@ -405,7 +288,7 @@ def open_read(url: str) -> BinaryIO:
     A local path that is not a regular file (FIFO, device, socket, directory) is an InputError.
     """
     local = _local_path(url)
-    with _guard(url, "open"):
+    with guard(url, "open"):
         if local is not None:
             return _open_regular(url, local, 2**20)
         fs, path = filesystem(url)
@@ -415,11 +298,11 @@ def open_read(url: str) -> BinaryIO:
 def read_range(url: str, start: int, end: int) -> bytes:
     """Bytes ``[start, end)`` of ``url`` (fewer if the file ends first)."""
     if start < 0 or end < start:
-        raise ValueError(f"invalid byte range [{start}, {end}) for {_scrub(url)}")
+        raise ValueError(f"invalid byte range [{start}, {end}) for {scrub_url(url)}")
     if end == start:
         return b""
     local = _local_path(url)
-    with _guard(url, "read"):
+    with guard(url, "read"):
         if local is not None:
             with _open_regular(url, local, 0) as f:
                 f.seek(start)
@@ -443,13 +326,13 @@ def _iter_chunks(url: str, start: int = 0) -> Iterator[bytes]:
     """The bytes of ``url`` from ``start`` on, in chunks of about :data:`CHUNK_SIZE`."""
     local = _local_path(url)
     if local is not None:
-        with _guard(url, "read"), _open_regular(url, local, 0) as f:
+        with guard(url, "read"), _open_regular(url, local, 0) as f:
             f.seek(start)
             while chunk := f.read(CHUNK_SIZE):
                 yield chunk
         return
     fs, path = filesystem(url)
-    with _guard(url, "read"):
+    with guard(url, "read"):
         fs.invalidate_cache(path)
         total = int(fs.size(path))
     ranges = [(s, min(s + CHUNK_SIZE, total)) for s in range(start, total, CHUNK_SIZE)]
@@ -464,7 +347,7 @@ def _iter_chunks(url: str, start: int = 0) -> Iterator[bytes]:
         for index in range(len(ranges)):
             while len(pending) < _PREFETCH and index + len(pending) < len(ranges):
                 pending.append(pool.submit(fetch, ranges[index + len(pending)]))
-            with _guard(url, "read"):
+            with guard(url, "read"):
                 chunk = pending.pop(0).result()
             yield chunk
     finally:
@@ -479,7 +362,7 @@ def iter_lines(url: str, start: int = 0, end: int | None = None) -> Iterator[tup
     yield every line exactly once. The file is streamed in chunks, never loaded whole.
     """
     if start < 0:
-        raise ValueError(f"invalid start offset {start} for {_scrub(url)}")
+        raise ValueError(f"invalid start offset {start} for {scrub_url(url)}")
     if end is not None and end <= start:
         return
     # Read from the byte before ``start``: a line starts at ``start`` only if that byte is ``\n``.
@@ -658,13 +541,13 @@ def write_atomic(url: str, data: bytes) -> tuple[str, int]:
     Returns the SHA-256 (lowercase hex) and size of the bytes written.
     """
     local = _local_path(url)
-    with _guard(url, "write", writing=True):
+    with guard(url, "write", writing=True):
         if local is not None:
             _write_local_atomic(local, lambda f: f.writelines((data,)))
         else:
             fs, path = filesystem(url)
-            fs.pipe_file(path, data, **_deadline(fs, len(data)))
-    logger.debug("wrote %d bytes to %s", len(data), _scrub(url))
+            fs.pipe_file(path, data, **upload_deadline(fs, len(data)))
+    logger.debug("wrote %d bytes to %s", len(data), scrub_url(url))
     _written(url)
     return hashlib.sha256(data).hexdigest(), len(data)
 
@@ -676,7 +559,7 @@ def write_atomic_lines(url: str, chunks: Iterable[bytes]) -> tuple[str, int]:
     """
     local = _local_path(url)
     hashing = _Hashing()
-    with _guard(url, "write", writing=True):
+    with guard(url, "write", writing=True):
         if local is not None:
             _write_local_atomic(local, lambda f: f.writelines(hashing.chunks(chunks)))
         else:
@@ -687,26 +570,10 @@ def write_atomic_lines(url: str, chunks: Iterable[bytes]) -> tuple[str, int]:
                 with open(temp, "wb", buffering=2**20) as f:
                     f.writelines(hashing.chunks(chunks))
                 fs, path = filesystem(url)
-                fs.put_file(temp, path, **_deadline(fs, hashing.count))
-    logger.debug("wrote %s", _scrub(url))
+                fs.put_file(temp, path, **upload_deadline(fs, hashing.count))
+    logger.debug("wrote %s", scrub_url(url))
     _written(url)
     return hashing.result()
-
-
-MIN_UPLOAD_RATE = 2**20
-"""Bytes per second an upload may not fall below: what bounds a write to a store that stopped
-reading (socket timeouts only cover reads, so a blocked send would otherwise wait forever)."""
-
-
-def _deadline(fs: Any, nbytes: int) -> dict[str, float]:
-    """``timeout=`` for an upload through an async fsspec filesystem (none for the others)."""
-    if not getattr(fs, "async_impl", False):
-        return {}
-    config = getattr(fs, "config_kwargs", None) or {}
-    connect = float(config.get("connect_timeout", DEFAULT_CONNECT_TIMEOUT))
-    read = float(config.get("read_timeout", DEFAULT_READ_TIMEOUT))
-    retries = config.get("retries", {}).get("max_attempts", DEFAULT_RETRIES)
-    return {"timeout": int(retries) * (connect + read) + nbytes / MIN_UPLOAD_RATE}
 
 
 def remove_stale_temps(directory: str, warn: Callable[[str], None] | None = None) -> list[str]:

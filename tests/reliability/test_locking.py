@@ -15,7 +15,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from gymflow import locking, provenance, storage
+from gymflow import locking, provenance, storage, storage_faults
 from gymflow.cli import main
 from gymflow.cli.interrupt import message
 from tests.reliability.helpers import env, health_rows, run, write_rows
@@ -145,8 +145,8 @@ def test_s3_timeouts_and_retries_are_storage_options(s3_bucket: str) -> None:
     finally:
         storage.configure(previous)
     fs, _ = storage.filesystem(f"{s3_bucket}/x")
-    assert fs.config_kwargs["connect_timeout"] == storage.DEFAULT_CONNECT_TIMEOUT
-    assert fs.config_kwargs["read_timeout"] == storage.DEFAULT_READ_TIMEOUT
+    assert fs.config_kwargs["connect_timeout"] == storage_faults.DEFAULT_CONNECT_TIMEOUT
+    assert fs.config_kwargs["read_timeout"] == storage_faults.DEFAULT_READ_TIMEOUT
 
 
 def test_a_fifo_is_refused_not_waited_on(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
