@@ -14,7 +14,10 @@ In one run, on the seeded corpus of ``bench.health`` (default 40,000 rollouts):
    server started by hand with ``prefect server start`` (``PREFECT_API_URL`` set).
 5. ``cached``: each path rerun over unchanged inputs (a provenance hit), and the time to hash the
    input, the floor of any cached run.
-6. ``eval post`` end to end on 8 shards of the corpus (``bench.aggregate``'s shards), orchestrated
+6. ``per_task``: Prefect's cost per task, from a flow of 20 tasks each doing the CPU work of one
+   evaluate-range task of the direct run (its time x workers / ranges), against the running
+   server; printed as a share of that work (target <= 2 %).
+7. ``eval post`` end to end on 8 shards of the corpus (``bench.aggregate``'s shards), orchestrated
    and ``--direct``, against running its steps by hand with ``--direct`` (aggregate, then
    health-check).
 
@@ -63,6 +66,47 @@ def trivial() -> int:
 with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
     trivial()
 """
+
+# Prefect's cost per task: N tasks of W seconds of CPU work each, in one flow; prints the time per
+# task beyond its work.
+PER_TASK = """
+import sys, time
+from prefect import flow, task
+from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
+
+WORK_S, TASKS = float(sys.argv[1]), int(sys.argv[2])
+
+@task
+def work(index: int) -> int:
+    end = time.perf_counter() + WORK_S
+    while time.perf_counter() < end:
+        pass
+    return index
+
+@flow
+def many() -> float:
+    began = time.perf_counter()
+    for index in range(TASKS):
+        work(index)
+    return time.perf_counter() - began
+
+with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
+    print((many() - WORK_S * TASKS) / TASKS)
+"""
+
+
+def _per_task_overhead(work_s: float, env: Mapping[str, str], tasks: int = 20) -> float:
+    """Seconds Prefect adds to each task whose work takes ``work_s`` (against ``env``'s API)."""
+    done = subprocess.run(
+        [sys.executable, "-c", PER_TASK, str(work_s), str(tasks)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"per-task benchmark failed:\n{done.stderr[-2000:]}")
+    return float(done.stdout.strip().splitlines()[-1])
 
 
 def _free_port() -> int:
@@ -201,6 +245,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 _timed([sys.executable, "-c", TRIVIAL], running).seconds for _ in range(3)
             )
             figures["running"] = _timed([*health, "--no-cache"], running).seconds
+            # One evaluate-range task's work: the direct run's CPU spread over its ranges.
+            from gymflow import health as core
+
+            plan = core.plan([str(rollouts)])
+            range_work = figures["direct"] * plan.workers / len(plan.ranges)
+            figures["range_work"] = range_work
+            figures["per_task"] = _per_task_overhead(range_work, running)
             figures["running_cached"] = _timed(health, running).seconds
         finally:
             os.killpg(server.pid, 15)
@@ -224,6 +275,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"cached rerun = {cached:.2f} s (target <= hash {figures['hash']:.2f} + trivial + 1 = "
             f"{cached_cap:.2f} s: {_verdict(cached, cached_cap)})"
         )
+    per_task = figures["per_task"] / figures["range_work"]
+    print(
+        f"per-task overhead: {figures['per_task'] * 1000:.1f} ms on a task of {figures['range_work']:.2f} s "
+        f"(one evaluate-range's work) = {per_task:.1%} (target <= 2 %: {_verdict(per_task, 0.02)})"
+    )
     print(f"first command on a fresh PREFECT_HOME (starts the local server): {figures['cold']:.2f} s")
     print(
         f"eval post on 8 shards: orchestrated {figures['post']:.2f} s, "
