@@ -11,9 +11,10 @@ from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 from gymflow import storage
 from gymflow.aggregate import AggregateOptions, AggregateOutcome
 from gymflow.config import RunnerConfig
+from gymflow.flows._annotations import Returned
 from gymflow.flows._runtime import offloading_runner, shard_runner, task_runner
 from gymflow.health import HealthOutcome
-from gymflow.join.run import JoinResult, JoinSettings
+from gymflow.join import JoinResult, JoinSettings
 from gymflow.pipeline import Echo
 from gymflow.reverify import ReverifyOptions, ReverifyOutcome
 
@@ -29,10 +30,13 @@ class FlowSteps:
         self.progress = progress
 
     def aggregate(self, options: AggregateOptions, echo: Echo) -> AggregateOutcome:
-        from gymflow.flows.aggregate import aggregate_flow
+        from gymflow.flows.aggregate import FlowOutcome, aggregate_flow
 
         subflow = aggregate_flow.with_options(task_runner=shard_runner(self.runner, self.workers))
-        result = subflow(options=options, storage_options=storage.current_options(), progress=self.progress)
+        returned: Returned[FlowOutcome] = subflow(
+            options=options, storage_options=storage.current_options(), progress=self.progress
+        )
+        result = returned.result
         for line in result.console_lines:
             echo(line)
         return result.outcome

@@ -20,7 +20,7 @@ from gymflow import aggregate as core
 from gymflow import locking, pipeline, provenance, storage
 from gymflow.aggregate import AggregateOptions, AggregateOutcome
 from gymflow.config import RunnerConfig
-from gymflow.flows._annotations import unwalked
+from gymflow.flows._annotations import Returned, unwalked
 from gymflow.flows._publish import lineage, orchestrator, publish, record_inputs
 from gymflow.tasks import aggregate as tasks
 
@@ -52,11 +52,11 @@ def aggregate_flow(
     options: AggregateOptions,
     storage_options: dict[str, Any] | None = None,
     progress: Callable[[int], None] | None = None,
-) -> FlowOutcome:
+) -> Returned[FlowOutcome]:
     """Merge the shards of ``options.input_glob`` into ``options.output`` and compute the metrics."""
     storage.configure(storage_options or {})
     with locking.run_lock(options.output, core.COMMAND):
-        return _aggregated(options, progress)
+        return Returned(_aggregated(options, progress))
 
 
 def _aggregated(options: AggregateOptions, progress: Callable[[int], None] | None) -> FlowOutcome:
