@@ -7,13 +7,14 @@ verbatim; any other row is re-serialized compactly. The file is replaced atomica
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
+from typing import cast
 
 from gymflow import storage
 from gymflow.aggregate._scan import ScanRow, ShardScan
+from gymflow.errors import InputError
 from gymflow.jsonline import dumps_exact, loads_exact
 from gymflow.provenance import FileDigest
 
@@ -33,29 +34,82 @@ def _os_path(url: str) -> str:
     return url[len("file://") :] if url.startswith("file://") else url
 
 
-def merged_lines(scans: Sequence[ShardScan]) -> Iterator[bytes]:
-    """The merged file's bytes, in batches of a few MB (rows read with ``pread``: memory-mapping
-    the shards would count their pages in the process's resident memory)."""
+class _Batches:
+    """Fills reusable buffers with rows in merge order (on the reader thread: ``pread`` into
+    the buffer releases the GIL, and no per-row bytes object is made for verbatim rows)."""
+
+    def __init__(self, order: Sequence[tuple[ShardScan, ScanRow]], handles: dict[int, int]) -> None:
+        self.order = order
+        self.handles = handles
+        self.free: list[bytearray] = []
+
+    def fill(self, start: int) -> tuple[bytes | bytearray, int, int]:
+        """(buffer, bytes used, next row) for the rows from ``start`` on; a row larger than a
+        whole buffer comes alone, as its own bytes."""
+        buffer = self.free.pop() if self.free else bytearray(_BATCH)
+        view = memoryview(buffer)
+        used = 0
+        index = start
+        with view:
+            while index < len(self.order):
+                scan, row = self.order[index]
+                line = None if row.compact else _compact(_parse(self._read(scan, row))) + b"\n"
+                need = row.length + 1 if line is None else len(line)
+                if used + need > _BATCH:
+                    if used == 0:  # a row larger than a buffer: on its own
+                        self.free.append(buffer)
+                        data = self._read(scan, row) if line is None else line
+                        return (data if data.endswith(b"\n") else data + b"\n"), -1, index + 1
+                    break
+                if line is None:
+                    self._read_into(scan, row, view[used : used + row.length])
+                    used += row.length
+                    if buffer[used - 1] != 0x0A:  # the shard's last line, without its newline
+                        buffer[used] = 0x0A
+                        used += 1
+                else:
+                    view[used : used + need] = line
+                    used += need
+                index += 1
+        return buffer, used, index
+
+    def _read(self, scan: ShardScan, row: ScanRow) -> bytes:
+        data = bytearray(row.length)
+        self._read_into(scan, row, memoryview(data))
+        return bytes(data)
+
+    def _read_into(self, scan: ShardScan, row: ScanRow, target: memoryview) -> None:
+        done = 0
+        while done < row.length:
+            count = os.preadv(self.handles[scan.index], [target[done:]], row.offset + done)
+            if count == 0:
+                raise InputError(f"{scan.url!r} changed while it was being aggregated (line {row.line})")
+            done += count
+
+
+def merged_lines(scans: Sequence[ShardScan]) -> Iterator[bytes | bytearray | memoryview]:
+    """The merged file's bytes, in batches of a few MB, the next batch read ahead on a helper
+    thread while this one is consumed. A batch is valid until the next one is asked for (its
+    buffer is reused). Rows are read with ``pread``: memory-mapping the shards would count their
+    pages in the process's resident memory."""
     handles: dict[int, int] = {}
+    reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gymflow-merge-read")
     try:
         for scan in scans:
             handles[scan.index] = os.open(_os_path(scan.source), os.O_RDONLY)
-        batch: list[bytes] = []
-        size = 0
-        for scan, row in sorted_rows(scans):
-            data = os.pread(handles[scan.index], row.length, row.offset)
-            if row.compact:
-                line = data if data.endswith(b"\n") else data + b"\n"
-            else:
-                line = _compact(_parse(data)) + b"\n"
-            batch.append(line)
-            size += len(line)
-            if size >= _BATCH:
-                yield b"".join(batch)
-                batch, size = [], 0
-        if batch:
-            yield b"".join(batch)
+        batches = _Batches(sorted_rows(scans), handles)
+        pending = reader.submit(batches.fill, 0) if batches.order else None
+        while pending is not None:
+            buffer, used, stop = pending.result()
+            pending = reader.submit(batches.fill, stop) if stop < len(batches.order) else None
+            if used < 0:
+                yield buffer
+                continue
+            with memoryview(buffer)[:used] as chunk:
+                yield chunk
+            batches.free.append(cast(bytearray, buffer))  # consumed: the next fill may reuse it
     finally:
+        reader.shutdown(wait=True, cancel_futures=True)
         for handle in handles.values():
             os.close(handle)
 
@@ -70,26 +124,9 @@ def _parse(data: bytes) -> object:
 
 
 def write_merged(scans: Sequence[ShardScan], output: str) -> FileDigest:
-    """Write all rows of ``scans`` to ``output`` in merge order, atomically; return its digest."""
-    digest = hashlib.sha256()
-    size = 0
-    # Hash on a helper thread while this one writes: both release the GIL on large buffers.
-    hasher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gymflow-merge-hash")
-    hashing: list[Future[None]] = []
-
-    def hashed() -> Iterator[bytes]:
-        nonlocal size
-        for chunk in merged_lines(scans):
-            hashing.append(hasher.submit(digest.update, chunk))
-            if len(hashing) > 4:
-                hashing.pop(0).result()
-            size += len(chunk)
-            yield chunk
-
-    try:
-        storage.write_atomic_lines(output, hashed())
-        for future in hashing:
-            future.result()
-    finally:
-        hasher.shutdown(wait=True)
-    return FileDigest(storage.to_uri(output), digest.hexdigest(), size)
+    """Write all rows of ``scans`` to ``output`` in merge order, atomically; return its digest
+    (hashed by the writer while it writes)."""
+    # The batches are bytes-like (memoryviews of reused buffers), which the writer and the hash
+    # take as they take bytes.
+    sha256, size = storage.write_atomic_lines(output, cast(Iterator[bytes], merged_lines(scans)))
+    return FileDigest(storage.to_uri(output), sha256, size)

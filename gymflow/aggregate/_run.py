@@ -10,9 +10,11 @@ import hashlib
 import json
 import logging
 import shutil
+import sys
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -26,6 +28,7 @@ from gymflow.aggregate._scan import ShardScan, parse_line, paused_gc, resolve_gr
 from gymflow.aggregate._select import metrics_path, select_shards
 from gymflow.aggregate._server import ServerSettings, server_entries
 from gymflow.aggregate._sidecars import ShardSidecars, read_sidecars
+from gymflow.frozen import FrozenDict, freeze
 
 __all__ = [
     "COMMAND",
@@ -49,6 +52,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 COMMAND = "eval aggregate"
+_SWITCH_INTERVAL_S = 0.0005
 
 Echo = Callable[[str], None]
 
@@ -59,13 +63,17 @@ def _quiet(_: str) -> None:
 
 @dataclass(frozen=True)
 class AggregateOptions:
-    """Everything one aggregate run needs, already validated (the CLI builds it from flags/config)."""
+    """Everything one aggregate run needs, already validated (the CLI builds it from flags/config).
+
+    Immutable through and through: the mappings it is given are frozen copies
+    (:func:`gymflow.frozen.freeze`), which still pickle into process-pool workers.
+    """
 
     input_glob: str
     output: str
     merge_shards: bool = True
     settings: ReduceSettings = field(default_factory=ReduceSettings)
-    agent_environments: Mapping[str, str] = field(default_factory=dict)
+    agent_environments: Mapping[str, str] = field(default_factory=FrozenDict)
     config_files: tuple[str, ...] = ()
     # The health step after aggregation (aggregate.md §1.8), run by gymflow.pipeline, not here.
     health_check: bool = True
@@ -74,10 +82,14 @@ class AggregateOptions:
     use_cache: bool = True
     server_metrics: bool = False
     """Ask each group's resources server (``server_config``) instead of computing locally."""
-    server_config: Mapping[str, Any] = field(default_factory=dict)
+    server_config: Mapping[str, Any] = field(default_factory=FrozenDict)
     server: ServerSettings = field(default_factory=ServerSettings)
     workers: int | None = None
     """Processes reading local shards in the direct path (default 1); no effect on outputs."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "agent_environments", freeze(self.agent_environments))
+        object.__setattr__(self, "server_config", freeze(self.server_config))
 
     @property
     def metrics_path(self) -> str:
@@ -325,6 +337,19 @@ def banner_lines(options: AggregateOptions, coverage: Coverage | None) -> list[s
     return lines
 
 
+@contextmanager
+def _responsive_threads() -> Iterator[None]:
+    """A shorter GIL switch interval while the merge thread's reads and writes (each releasing
+    the GIL) run next to the metrics (holding it): at the default 5 ms each reacquisition could
+    wait that long, and the merge would mostly stall until the metrics are done."""
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(_SWITCH_INTERVAL_S)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(previous)
+
+
 def run_aggregate(
     options: AggregateOptions,
     echo: Echo = _quiet,
@@ -364,7 +389,10 @@ def _run_aggregate(
         merged: provenance.FileDigest | None = None
         # The merged file is written (I/O, hashing: the GIL is released) while the metrics are
         # computed; it is complete before anything else is written, and even if the metrics fail.
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="gymflow-merge") as writer:
+        with (
+            _responsive_threads(),
+            ThreadPoolExecutor(max_workers=1, thread_name_prefix="gymflow-merge") as writer,
+        ):
             pending = None
             if options.merge_shards:
                 echo(f"Merging shards into {options.output}")

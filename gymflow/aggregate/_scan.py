@@ -2,8 +2,11 @@
 
 :func:`scan_shard` is the per-shard unit of work (one Prefect task per shard runs it). It keeps,
 per row, only its :class:`RowFacts`, its group and where its bytes are, never the row itself.
-Remote shards are spooled to a local temporary file during the same pass, so the merge can later
-copy rows in sorted order without a second download.
+Rows are read with :func:`gymflow.jsonline.loads_shallow` (the few fields the metrics read are
+decoded, the rest only validated), falling back to the full exact reading for any line it cannot
+vouch for, so rows and errors are those of :func:`gymflow.jsonline.loads_exact`. Remote shards
+are spooled to a local temporary file during the same pass, so the merge can later copy rows in
+sorted order without a second download.
 """
 
 from __future__ import annotations
@@ -18,12 +21,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
+import msgspec
 import orjson
 
 from gymflow import storage
 from gymflow.aggregate._rows import RowFacts, ScoreSpec, extract
 from gymflow.errors import InputError
-from gymflow.jsonline import LONG_DIGITS, LineError, loads_exact
+from gymflow.jsonline import LineError, Raw, decode_raw, loads_exact, loads_shallow
 from gymflow.perf_summary import PerfAccumulator
 
 __all__ = ["GroupRef", "ScanRow", "ShardScan", "parse_line", "resolve_group", "scan_shard"]
@@ -130,12 +134,12 @@ def parse_line(url: str, line_number: int, text: bytes) -> dict[str, Any]:
     return value
 
 
-def _is_compact(obj: dict[str, Any], line: bytes) -> bool:
-    """Whether ``line`` is already compact JSON (then the merge copies it verbatim).
+def _compact_layout(line: bytes) -> bool | None:
+    """Whether ``line`` is compact JSON judging by its layout alone (then the merge copies it
+    verbatim); ``None`` when the layout does not tell (:func:`_dumps_to` decides).
 
     A serializer uses one separator style for a whole line, so the first key's separator tells:
-    ``{"key":value`` with nothing around the braces is compact. Anything else is compared with a
-    compact dump of the parsed row.
+    ``{"key":value`` with nothing around the braces is compact.
     """
     end = len(line) - (1 if line.endswith(b"\n") else 0)
     if line[:2] == b'{"' and line[end - 1 : end] == b"}":
@@ -144,11 +148,55 @@ def _is_compact(obj: dict[str, Any], line: bytes) -> bool:
             quote = line.find(b'"', quote + 1, end)
         if quote > 0 and line[quote + 1 : quote + 2] == b":":
             return line[quote + 2 : quote + 3] not in (b" ", b"\t", b"\n", b"\r")
+    return None
+
+
+def _dumps_to(obj: dict[str, Any], line: bytes) -> bool:
+    """Whether ``line`` (its newline aside) is the compact dump of the row ``obj`` parsed from it."""
+    end = len(line) - (1 if line.endswith(b"\n") else 0)
     try:
         dumped = orjson.dumps(obj)
     except TypeError:  # integers beyond 64 bits: re-serialized exactly by the merge
         return False
     return len(dumped) == end and line.startswith(dumped)
+
+
+class _Response(msgspec.Struct):
+    """The one part of a row's ``response`` the metrics read (aggregate.md §3.2)."""
+
+    usage: Any = None
+
+
+_RESPONSE = msgspec.json.Decoder(_Response)
+
+
+def _value_fields(spec: ScoreSpec | None) -> frozenset[str]:
+    """The top-level fields whose values the scan reads (:func:`extract`, :func:`resolve_group`,
+    the perf summary), ``response`` aside (only its ``usage``)."""
+    names = {
+        "_ng_task_index", "_ng_rollout_index", "mask_sample", "reward",
+        "agent_ref", "_ng_environment_server", "ng_perf",
+    }  # fmt: skip
+    if spec is not None:
+        names.add(spec.score_field)
+        if spec.answer_key is not None:
+            names.add(spec.answer_key)
+    return frozenset(names)
+
+
+def _lean(top: dict[str, Any], wanted: frozenset[str]) -> dict[str, Any]:
+    """The row the scan reads, from :func:`loads_shallow`'s reading: every key in order, the
+    values the scan reads decoded, ``response`` cut down to its ``usage``, every other string,
+    object or array ``None`` (the scan only sees that they are no numbers)."""
+    for key, value in top.items():
+        if type(value) is Raw:
+            if key in wanted:
+                top[key] = decode_raw(value)
+            elif key == "response" and memoryview(value)[0] == 0x7B:  # an object
+                top[key] = {"usage": _RESPONSE.decode(value).usage}
+            else:
+                top[key] = None
+    return top
 
 
 def _lines(url: str) -> Iterator[tuple[int, bytes]]:
@@ -194,10 +242,12 @@ def scan_shard(
     batch_bytes = 0
 
     def consume(lines: list[bytes]) -> None:
-        for item in lines:
-            digest.update(item)
-            if spool is not None:
-                spool.write(item)
+        # One update per batch: each call releases the GIL and must win it back from the parsing
+        # thread, so per-line calls would mostly wait.
+        data = b"".join(lines)
+        digest.update(data)
+        if spool is not None:
+            spool.write(data)
 
     def flush() -> None:
         nonlocal batch, batch_bytes
@@ -207,9 +257,7 @@ def scan_shard(
         while len(pending) > 4:
             pending.pop(0).result()
 
-    loads = orjson.loads
-    decode_error = orjson.JSONDecodeError
-    long_digits = LONG_DIGITS.search
+    wanted = _value_fields(spec)
     rows = scan.rows
     perf = scan.perf
     try:
@@ -224,14 +272,13 @@ def scan_shard(
                 flush()
             if not line or line.isspace():
                 continue
-            try:
-                row = loads(line)
-            except decode_error:
-                row = parse_line(url, line_number, line)
-            if long_digits(line) is not None:  # orjson reads integers beyond 64 bits as floats
-                row = parse_line(url, line_number, line)
-            if type(row) is not dict:
-                row = parse_line(url, line_number, line)
+            # The fast reading, or (for a line it cannot vouch for) the full exact one, which
+            # returns the row or raises the precise error.
+            top = loads_shallow(line)
+            row = parse_line(url, line_number, line) if top is None else _lean(top, wanted)
+            compact = _compact_layout(line)
+            if compact is None:
+                compact = _dumps_to(row if top is None else parse_line(url, line_number, line), line)
             try:
                 facts = extract(row, spec)
             except InputError as exc:
@@ -244,7 +291,7 @@ def scan_shard(
             accumulator.add(row.get("ng_perf"))
             if track_keys:
                 scan.row_keys[group.key].update(row)
-            rows.append(ScanRow(facts, group, line_number, offset, size, _is_compact(row, line)))
+            rows.append(ScanRow(facts, group, line_number, offset, size, compact))
         flush()
         for future in pending:
             future.result()

@@ -129,7 +129,7 @@ def test_notify_and_the_evaluation_flow_start_post_and_the_sweep_finds_a_stale_r
     record = json.loads((notified / "quality_summary.provenance.json").read_text())
     assert record["orchestrator"]["kind"] == "prefect"
     assert (notified / "rollouts_aggregate_metrics.json").is_file()
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 90  # the run's final state lands after its reports
     while not (_completed_post_runs(notified.as_uri()) and _completed_post_runs(str(evaluated))):
         assert time.monotonic() < deadline, "no completed post-run flow run for the notified run"
         time.sleep(0.5)
