@@ -8,7 +8,13 @@ Run from the repo root: ``python bench/health.py [--rows N] [--quick]``.
 3. ``health_direct_s``: ``gymflow eval health-check DIR --direct`` (default workers) as a subprocess
    on each corpus: wall time, and the peak RSS of its process tree (psutil, every 50 ms, summing
    the process and all its descendants) plus the largest single process.
-4. ``health_prefect_s``: the same command without ``--direct`` (orchestrated through Prefect) on the
+4. ``ratio`` = ``health_direct_s / parse_s`` (target on the 2-core machine: <= 1.0), and the peak
+   tree RSS at both sizes (target: <= 150 MB, flat from the small corpus to the large one).
+5. ``gym_0.7.0_s``: NeMo Gym 0.7.0's own ``gym eval health-check DIR`` on the large corpus (default
+   workers), when a ``gym`` executable of that version is found (``--gym PATH``, else a venv under
+   ``/tmp``, ``/work`` or ``~`` whose ``gym`` reports nemo-gym 0.7.0, else ``gym`` on PATH), and
+   gymflow's speed-up over it; skipped with a note otherwise.
+6. ``health_prefect_s``: the same command without ``--direct`` (orchestrated through Prefect) on the
    large corpus, wall time, with an empty Prefect result store so no task result is reused.
 
 Reports and provenance left by an earlier run are deleted before each run, so none is a cache hit.
@@ -18,9 +24,11 @@ Needs ``psutil`` (``pip install psutil``).
 from __future__ import annotations
 
 import argparse
+import glob
 import hashlib
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -120,6 +128,54 @@ def gymflow_executable() -> str | None:
     if beside.is_file() and os.access(beside, os.X_OK):
         return str(beside)
     return shutil.which("gymflow")
+
+
+REFERENCE_VERSION = "0.7.0"
+
+
+def _nemo_gym_version(executable: str) -> str | None:
+    """The nemo-gym version installed beside a ``gym`` executable (its venv's python), else None."""
+    python = Path(executable).parent / "python"
+    if not python.is_file():
+        return None
+    try:
+        done = subprocess.run(
+            [str(python), "-c", "import importlib.metadata as m; print(m.version('nemo-gym'))"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def reference_executable(explicit: str | None) -> str | None:
+    """NeMo Gym 0.7.0's ``gym``: ``explicit``, else the first venv or PATH entry of that version."""
+    if explicit is not None:
+        return explicit
+    home = str(Path.home())
+    candidates = sorted(
+        {
+            *glob.glob("/tmp/*venv*/bin/gym"),
+            *glob.glob("/work/*venv*/bin/gym"),
+            *glob.glob(f"{home}/*venv*/bin/gym"),
+            *glob.glob(f"{home}/.venvs/*/bin/gym"),
+        }
+    )
+    on_path = shutil.which("gym")
+    for candidate in [*candidates, *([on_path] if on_path else [])]:
+        if os.access(candidate, os.X_OK) and _nemo_gym_version(candidate) == REFERENCE_VERSION:
+            return candidate
+    return None
+
+
+def reference_health_check(executable: str, run_dir: Path) -> Measurement:
+    clear_reports(run_dir)
+    try:
+        return run_measured([executable, "eval", "health-check", str(run_dir)])
+    finally:
+        clear_reports(run_dir)  # the reference writes the same report names
 
 
 def clear_reports(run_dir: Path) -> None:
@@ -225,6 +281,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--avg-bytes", type=int, default=16_000)
     parser.add_argument("--parse-only", action="store_true", help="only generate the corpora and parse")
     parser.add_argument("--no-prefect", action="store_true", help="skip the orchestrated (Prefect) run")
+    parser.add_argument("--gym", help=f"NeMo Gym {REFERENCE_VERSION}'s gym executable (default: search)")
+    parser.add_argument("--no-gym", action="store_true", help=f"skip NeMo Gym {REFERENCE_VERSION}'s run")
     args = parser.parse_args(argv)
     large_rows = 2_000 if args.quick else args.rows
     if large_rows < 1:
@@ -265,6 +323,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             failed = True
             print(f"peak_rss_mb ({label}) = {_failure(measurement)}")
+    peaks = [m.peak_tree_rss for m in (direct_small, direct_large) if m.ok]
+    if len(peaks) == 2:
+        print(
+            f"tree_rss_growth_mb ({small_label} -> {large_label}) = {(peaks[1] - peaks[0]) / (1 << 20):+.0f}"
+        )
+    reference = None if args.no_gym else reference_executable(args.gym)
+    if reference is None:
+        reason = "skipped" if args.no_gym else f"no gym executable of NeMo Gym {REFERENCE_VERSION} found"
+        print(f"gym_{REFERENCE_VERSION}_s = {reason}")
+    else:
+        measured = reference_health_check(reference, large)
+        if not measured.ok:
+            print(f"gym_{REFERENCE_VERSION}_s = {_failure(measured)}  ({reference})")
+        else:
+            print(
+                f"gym_{REFERENCE_VERSION}_s = {measured.seconds:.2f}  ({_console(measured) or reference}; "
+                f"peak tree RSS {_mb(measured.peak_tree_rss)} MB)"
+            )
+            if direct_large.ok:
+                speedup = measured.seconds / direct_large.seconds
+                print(f"speedup = gym {REFERENCE_VERSION} / gymflow = {speedup:.1f}x")
     if not args.no_prefect:
         orchestrated = health_check(large, direct=False)
         if orchestrated.ok:

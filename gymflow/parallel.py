@@ -21,7 +21,7 @@ from gymflow import lifeline
 T = TypeVar("T")
 R = TypeVar("R")
 
-__all__ = ["map_ordered", "pool", "submit"]
+__all__ = ["Workers", "map_ordered", "pool", "submit"]
 
 
 @contextmanager
@@ -67,34 +67,69 @@ def map_ordered(
     than one item; ``done(item, result)`` is called in item order as results arrive. ``what``
     names the work in the fallback warning ("reading shards", ...). ``function`` and the items
     must pickle."""
+    with Workers(min(workers, len(items)), what=what) as session:
+        return session.map(function, items, done=done)
 
-    results: list[R] = []
 
-    def serially() -> list[R]:
-        for item in items[len(results) :]:  # after a broken pool: only what it did not finish
-            result = function(item)
-            if done is not None:
-                done(item, result)
-            results.append(result)
-        return results
+class Workers:
+    """Up to ``workers`` processes shared by several rounds of :meth:`map` (started on first
+    use, stopped and joined when the ``with`` block ends), or this process when ``workers`` is 1.
+    When the pool cannot start or breaks, the rest of the work runs serially, with one warning
+    naming ``what``."""
 
-    count = min(workers, len(items))
-    if count <= 1:
-        return serially()
-    try:
-        executor = pool(count)
-    except (OSError, ValueError, NotImplementedError, ImportError) as exc:
-        warnings.warn(f"Process pool unavailable ({exc}); {what} serially.", RuntimeWarning, stacklevel=2)
-        return serially()
-    try:
-        with executor:
-            futures = [submit(executor, function, item) for item in items]
+    def __init__(self, workers: int, *, what: str) -> None:
+        self._workers = workers
+        self._what = what
+        self._executor: ProcessPoolExecutor | None = None
+        self._serial = workers <= 1
+
+    def __enter__(self) -> Workers:
+        return self
+
+    def __exit__(self, exc_type: object = None, *exc: object) -> None:
+        executor, self._executor = self._executor, None
+        if executor is None:
+            return
+        if exc_type is not None and hasattr(executor, "shutdown"):
+            executor.shutdown(wait=True, cancel_futures=True)  # a failed run starts nothing more
+        else:
+            executor.__exit__(None, None, None)
+
+    def _fall_back(self, message: str) -> None:
+        self._serial = True
+        warnings.warn(f"{message}; {self._what} serially.", RuntimeWarning, stacklevel=4)
+        self.__exit__()
+
+    def map(
+        self, function: Callable[[T], R], items: Sequence[T], *, done: Callable[[T, R], None] | None = None
+    ) -> list[R]:
+        """``[function(item) for item in items]`` in item order; see :func:`map_ordered`."""
+        results: list[R] = []
+
+        def serially() -> list[R]:
+            for item in items[len(results) :]:  # after a broken pool: only what it did not finish
+                result = function(item)
+                if done is not None:
+                    done(item, result)
+                results.append(result)
+            return results
+
+        if self._serial or len(items) <= 1:
+            return serially()
+        if self._executor is None:
+            try:
+                self._executor = pool(self._workers)
+            except (OSError, ValueError, NotImplementedError, ImportError) as exc:
+                self._fall_back(f"Process pool unavailable ({exc})")
+                return serially()
+        try:
+            futures = [submit(self._executor, function, item) for item in items]
             for item, future in zip(items, futures, strict=True):
                 result = future.result()
                 if done is not None:
                     done(item, result)
                 results.append(result)
             return results
-    except (BrokenProcessPool, pickle.PicklingError, OSError) as exc:
-        warnings.warn(f"Process pool failed ({exc}); {what} serially.", RuntimeWarning, stacklevel=2)
-        return serially()
+        except (BrokenProcessPool, pickle.PicklingError, OSError) as exc:
+            self._fall_back(f"Process pool failed ({exc})")
+            return serially()

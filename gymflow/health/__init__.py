@@ -1,13 +1,19 @@
 """Rollout health checks (spec ``health.md``): is each rollout's evidence complete and consistent?
 
-Checks are small pure functions in a registry keyed by stable ids; the runner evaluates byte
-ranges of the input (serially or in a process pool), reduces the rows and writes two reports.
+Checks are small pure functions in a registry keyed by stable ids; byte ranges of the
+input are evaluated (serially or in a process pool) into sorted runs of rows, which are merged
+into two reports.
 """
 
-from gymflow.health._registry import ROLLOUT_CHECK_IDS, TASK_CHECK_IDS, normalize_ignored
-from gymflow.health._report import HealthReport, build_report
-from gymflow.health._run import COMMAND, HealthOutcome, cache_key, cached_outcome, record_outputs, run_health
-from gymflow.health._runner import (
+from gymflow.health._command import (
+    COMMAND,
+    HealthOutcome,
+    cache_key,
+    cached_outcome,
+    record_outputs,
+    run_health,
+)
+from gymflow.health._ranges import (
     ByteRange,
     HealthPlan,
     RangeResult,
@@ -18,6 +24,8 @@ from gymflow.health._runner import (
     plan,
     report_dir_for,
 )
+from gymflow.health._registry import ROLLOUT_CHECK_IDS, TASK_CHECK_IDS, normalize_ignored
+from gymflow.health._report import HealthReport, build_report
 from gymflow.health._vocabulary import (
     CHECK_IDS,
     CheckId,

@@ -6,7 +6,7 @@ never by position, time, model name or payload.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gymflow.evidence import ModelCallRef, ModelServerRef, TrajectoryModelCall, TrajectoryRecord
@@ -50,16 +50,6 @@ def key_locator(key: str) -> str:
     return key.rsplit(":", 1)[-1]
 
 
-def _identity(ref: ModelCallRef) -> tuple[str, str, str, str]:
-    server = ref.model_ref
-    return (
-        ref.model_call_id or "",
-        server.type if server is not None else "",
-        server.name if server is not None else "",
-        ref.response_id or "",
-    )
-
-
 def index_calls(calls: Sequence[TrajectoryModelCall]) -> CallIndex:
     """The shared reference index over one record's captured calls."""
     return CallIndex(
@@ -68,32 +58,58 @@ def index_calls(calls: Sequence[TrajectoryModelCall]) -> CallIndex:
     )
 
 
-def bind(refs: Iterable[ModelCallRef], index: CallIndex) -> BindingView:
-    seen: set[tuple[str, str, str, str]] = set()
-    references: list[str] = []
-    missing: list[str] = []
-    duplicated: list[tuple[str, int]] = []
-    bound: set[int] = set()
-    for ref in refs:
-        identity = _identity(ref)
-        if identity in seen:
-            continue
-        seen.add(identity)
+class _Binder:
+    """Binds references one by one; :meth:`view` snapshots the references added so far."""
+
+    __slots__ = ("_bound", "_duplicated", "_index", "_missing", "_references", "_seen")
+
+    def __init__(self, index: CallIndex) -> None:
+        self._index = index
+        self._seen: set[tuple[str, str, str, str]] = set()
+        self._references: list[str] = []
+        self._missing: list[str] = []
+        self._duplicated: list[tuple[str, int]] = []
+        self._bound: set[int] = set()
+
+    def add(self, ref: ModelCallRef) -> None:
+        server = ref.model_ref
+        server_key = None if server is None else (server.type, server.name)
+        identity = (
+            ref.model_call_id or "",
+            server_key[0] if server_key is not None else "",
+            server_key[1] if server_key is not None else "",
+            ref.response_id or "",
+        )
+        if identity in self._seen:
+            return
+        self._seen.add(identity)
         key = reference_key(ref)
-        references.append(key)
-        positions = index.resolve(ref.model_call_id, _ref_tuple(ref.model_ref), ref.response_id)
+        self._references.append(key)
+        positions = self._index.resolve(ref.model_call_id, server_key, ref.response_id)
         if not positions:
-            missing.append(key)
+            self._missing.append(key)
         elif len(positions) > 1:
-            duplicated.append((key, len(positions)))
+            self._duplicated.append((key, len(positions)))
         else:
-            bound.add(positions[0])
-    return BindingView(tuple(references), tuple(missing), tuple(duplicated), tuple(sorted(bound)))
+            self._bound.add(positions[0])
+
+    def view(self) -> BindingView:
+        return BindingView(
+            tuple(self._references), tuple(self._missing), tuple(self._duplicated), tuple(sorted(self._bound))
+        )
 
 
-def turn_references(record: TrajectoryRecord) -> list[ModelCallRef]:
-    return [ref for turn in record.turns for ref in turn.model_calls]
-
-
-def owned_references(record: TrajectoryRecord) -> list[ModelCallRef]:
-    return turn_references(record) + [ref for inv in record.invocations for ref in inv.model_calls]
+def bind_views(record: TrajectoryRecord) -> tuple[BindingView, BindingView]:
+    """The turn view (references of the turns) and the owned view (those of the turns, then of
+    the invocations), bound against the record's captured calls in one pass."""
+    binder = _Binder(index_calls(record.model_calls))
+    for turn in record.turns:
+        for ref in turn.model_calls:
+            binder.add(ref)
+    turn_view = binder.view()
+    if not any(invocation.model_calls for invocation in record.invocations):
+        return turn_view, turn_view
+    for invocation in record.invocations:
+        for ref in invocation.model_calls:
+            binder.add(ref)
+    return turn_view, binder.view()

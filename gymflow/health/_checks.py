@@ -6,18 +6,14 @@ decides whether it has the evidence it needs (spec §3, rules 5-9).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
-from gymflow.evidence import TrajectoryModelCall
 from gymflow.health._binding import key_locator
-from gymflow.health._evidence import CONTRADICTION_GAPS, Evidence
+from gymflow.health._observed import CONTRADICTION_GAPS, Evidence
 from gymflow.health._predicates import (
     call_locator,
     has_tool_call,
-    is_failed,
     is_length_limited,
-    is_successful,
     non_empty,
     response_has_content,
 )
@@ -65,30 +61,6 @@ def missing_agent_turns(ev: Evidence) -> list[Finding]:
     return [finding("rollout_missing_agent_turns", {"reason": "no agent turn with model activity"})]
 
 
-def failed_chains(calls: Sequence[TrajectoryModelCall]) -> list[tuple[int, list[int]]]:
-    """Chains of calls (one per ``model_ref``) that ended on a failed call, in order of first
-    appearance, each as (reported position, positions in the chain)."""
-    chains: dict[tuple[str, str] | None, list[int]] = {}
-    for position, call in enumerate(calls):
-        ref = call.response_metadata.model_ref
-        chains.setdefault(None if ref is None else (ref.type, ref.name), []).append(position)
-    ended: list[tuple[int, list[int]]] = []
-    for positions in chains.values():
-        failed = [is_failed(calls[p]) for p in positions]
-        if not any(failed):
-            continue
-        if all(failed):
-            last = max(positions, key=lambda p: (calls[p].started_at or 0.0, p))
-        elif all(calls[p].started_at is not None for p in positions):
-            last = max(positions, key=lambda p: (calls[p].started_at, p))
-            if not is_failed(calls[last]):
-                continue
-        else:
-            continue
-        ended.append((last, positions))
-    return ended
-
-
 def _calls_captured(ev: Evidence) -> bool:
     return ev.calls_observed and bool(ev.calls)
 
@@ -96,7 +68,7 @@ def _calls_captured(ev: Evidence) -> bool:
 @trajectory_check("rollout_ended_on_failed_model_call", _calls_captured)
 def ended_on_failed_model_call(ev: Evidence) -> list[Finding]:
     findings = []
-    for last, positions in failed_chains(ev.calls):
+    for last, positions in ev.failed_chains():
         call = ev.calls[last]
         meta = call.response_metadata
         ref = meta.model_ref
@@ -108,7 +80,7 @@ def ended_on_failed_model_call(ev: Evidence) -> list[Finding]:
                     "status": meta.status_code,
                     "error_category": meta.error_category,
                     "observed_calls": len(positions),
-                    "successful_calls": sum(is_successful(ev.calls[p]) for p in positions),
+                    "successful_calls": sum(ev.successful[p] for p in positions),
                 },
                 {"call_id": call.model_call_id or meta.response_id or str(last)},
             )
@@ -205,7 +177,7 @@ def model_call_failed(ev: Evidence) -> list[Finding]:
             call_locator(call),
         )
         for position, call in owned
-        if is_failed(call)
+        if ev.failed[position]
     ]
 
 

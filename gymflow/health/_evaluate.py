@@ -8,16 +8,16 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
 import orjson
 
-from gymflow.evidence import MAX_FREE_FORM_DEPTH, TrajectoryRecord, TrajectoryUnreadable, validate_trajectory
+from gymflow.evidence import TrajectoryRecord, TrajectoryUnreadable
+from gymflow.evidence.structs import read_trajectory
 from gymflow.health import _checks  # noqa: F401  (registers the trajectory checks)
-from gymflow.health._checks import failed_chains
-from gymflow.health._evidence import Evidence, transcript_usage
-from gymflow.health._predicates import is_failed, is_successful
-from gymflow.health._registry import ROLLOUT_CHECK_IDS, TRAJECTORY_CHECKS, finding
+from gymflow.health._observed import Evidence, transcript_usage
+from gymflow.health._registry import ROLLOUT_CHECK_IDS, TRAJECTORY_CHECKS, TrajectoryCheck, finding
 from gymflow.health._vocabulary import CheckId, Finding, Identity
 
 _ASCII_WHITESPACE = b" \t\n\r\x0b\x0c"
@@ -102,7 +102,8 @@ class RowResult:
 
 
 def is_blank(line: bytes) -> bool:
-    return not line.strip(_ASCII_WHITESPACE)
+    # A record line starts with "{": only a line starting with whitespace is copied stripped.
+    return not line or (line[0] in _ASCII_WHITESPACE and not line.strip(_ASCII_WHITESPACE))
 
 
 def _unreadable_row(
@@ -134,23 +135,36 @@ def _call_identity(call: Any) -> str | None:
     return None
 
 
-def _collect_stats(stats: RunStats, trajectory: TrajectoryRecord | None) -> None:
-    calls = trajectory.model_calls if trajectory is not None else []
-    stats.captures += bool(calls)
+def _collect_stats(stats: RunStats, evidence: Evidence) -> None:
+    calls = evidence.calls
+    if not calls:
+        return
+    stats.captures += 1
     failed = 0
-    for call in calls:
-        if is_failed(call):
+    for call, call_failed in zip(calls, evidence.failed, strict=True):
+        if call_failed:
             failed += 1
             status = call.response_metadata.status_code
             stats.failed_statuses["unknown" if status is None else str(status)] += 1
-        stats.capture_prompt += call.token_stats.prompt_tokens or 0
-        stats.capture_completion += call.token_stats.completion_tokens or 0
-    stats.rollouts_affected += failed > 0
-    stats.ended_on_error += bool(failed) and bool(failed_chains(calls))
-    identities = Counter(identity for identity in map(_call_identity, calls) if identity is not None)
-    replayed = sum(count - 1 for count in identities.values())
-    stats.replayed += replayed
-    stats.replayed_rollouts += replayed > 0
+        tokens = call.token_stats
+        stats.capture_prompt += tokens.prompt_tokens or 0
+        stats.capture_completion += tokens.completion_tokens or 0
+    if failed:
+        stats.rollouts_affected += 1
+        stats.ended_on_error += bool(evidence.failed_chains())
+    if len(calls) > 1:
+        identities = [identity for identity in map(_call_identity, calls) if identity is not None]
+        replayed = len(identities) - len(set(identities))  # each identity's copies beyond the first
+        stats.replayed += replayed
+        stats.replayed_rollouts += replayed > 0
+
+
+def _loads(line: bytes) -> Any:
+    """The line's JSON value, surrounded by any ASCII whitespace (``\\v`` and ``\\f`` included)."""
+    try:
+        return orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return orjson.loads(line.strip(_ASCII_WHITESPACE))
 
 
 def evaluate_line(
@@ -159,7 +173,8 @@ def evaluate_line(
     """Evaluate one non-blank line, adding its statistics to ``stats``; ``line_number`` and
     ``ordinal`` may be range-local (see :meth:`RowResult.place`)."""
     try:
-        record = orjson.loads(line.strip(_ASCII_WHITESPACE))
+        # orjson skips JSON whitespace itself; the line is copied stripped only when it fails
+        record = _loads(line)
     except orjson.JSONDecodeError:
         return _unreadable_row(
             line_number,
@@ -215,34 +230,28 @@ def evaluate_line(
     trajectory_error: str | None = None
     if raw_trajectory is not None:
         try:
-            brackets = line.count(b"[") + line.count(b"{")
-            trajectory = validate_trajectory(raw_trajectory, may_nest_deeply=brackets > MAX_FREE_FORM_DEPTH)
+            trajectory = read_trajectory(raw_trajectory)
         except TrajectoryUnreadable as exc:
             trajectory_error = exc.error
     if trajectory is not None and any(gap.code == "trajectory_projection_failed" for gap in trajectory.gaps):
         trajectory = None
     evidence = Evidence(trajectory, usage) if trajectory is not None else None
-    _collect_stats(stats, trajectory)
     if evidence is not None:
+        _collect_stats(stats, evidence)
         view = evidence.turn_view
         row.policy_complete = view.complete and evidence.scope_complete
-        row.successful_calls = sum(is_successful(evidence.calls[p]) for p in view.bound)
+        row.successful_calls = sum(evidence.successful[p] for p in view.bound)
 
+    checks = _checks_to_run(ignored)
+    if trajectory_error is not None and "record_unreadable" not in ignored:
+        detail = {"reason": "canonical trajectory is unreadable", "error": trajectory_error}
+        row.findings.append(finding("record_unreadable", detail))
+    if evidence is None:
+        row.unobserved = _shared(tuple(check_id for check_id, _ in checks))
+        return row
     unobserved: list[CheckId] = []
-    for check_id in ROLLOUT_CHECK_IDS:
-        if check_id in ignored:
-            continue
-        if check_id == "check_execution_error":
-            continue  # its findings are placed where the failing check stands
-        if check_id == "record_unreadable":
-            if trajectory_error is not None:
-                detail = {"reason": "canonical trajectory is unreadable", "error": trajectory_error}
-                row.findings.append(finding("record_unreadable", detail))
-            continue
-        if check_id == "rollout_duplicate_identity":
-            continue  # decided by the runner's post-pass
-        check = TRAJECTORY_CHECKS[check_id]
-        if evidence is None or not check.observable(evidence):
+    for check_id, check in checks:
+        if not check.observable(evidence):
             unobserved.append(check_id)
             continue
         try:
@@ -258,3 +267,15 @@ def evaluate_line(
                 row.findings.append(finding("check_execution_error", detail))
     row.unobserved = _shared(tuple(unobserved))
     return row
+
+
+@cache
+def _checks_to_run(ignored: frozenset[str]) -> tuple[tuple[CheckId, TrajectoryCheck], ...]:
+    """The trajectory checks not ignored, in registry order. The other rollout checks are decided
+    elsewhere: ``record_unreadable`` above, ``check_execution_error`` where a check fails and
+    ``rollout_duplicate_identity`` when the rows are merged."""
+    return tuple(
+        (check_id, TRAJECTORY_CHECKS[check_id])
+        for check_id in ROLLOUT_CHECK_IDS
+        if check_id in TRAJECTORY_CHECKS and check_id not in ignored
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from gymflow.evidence import TrajectoryModelCall
@@ -111,3 +112,30 @@ def is_length_limited(call: TrajectoryModelCall) -> bool:
 def call_locator(call: TrajectoryModelCall) -> dict[str, Any]:
     """The per-call locator: the call id, or the response id when the call id is empty."""
     return {"call_id": call.model_call_id or call.response_metadata.response_id}
+
+
+def failed_chains(
+    calls: Sequence[TrajectoryModelCall], failed: Sequence[bool]
+) -> list[tuple[int, list[int]]]:
+    """Chains of calls (one per ``model_ref``) that ended on a failed call, in order of first
+    appearance, each as (reported position, positions in the chain); ``failed`` holds
+    :func:`is_failed` of each call."""
+    chains: dict[tuple[str, str] | None, list[int]] = {}
+    for position, call in enumerate(calls):
+        ref = call.response_metadata.model_ref
+        chains.setdefault(None if ref is None else (ref.type, ref.name), []).append(position)
+    ended: list[tuple[int, list[int]]] = []
+    for positions in chains.values():
+        flags = [failed[p] for p in positions]
+        if not any(flags):
+            continue
+        if all(flags):
+            last = max(positions, key=lambda p: (calls[p].started_at or 0.0, p))
+        elif all(calls[p].started_at is not None for p in positions):
+            last = max(positions, key=lambda p: (calls[p].started_at, p))
+            if not failed[last]:
+                continue
+        else:
+            continue
+        ended.append((last, positions))
+    return ended

@@ -14,7 +14,7 @@ from gymflow.errors import UnknownCheckError
 from gymflow.health._vocabulary import CHECK_IDS, CheckId, Finding, is_check_id
 
 if TYPE_CHECKING:
-    from gymflow.health._evidence import Evidence
+    from gymflow.health._observed import Evidence
 
 Gate = Callable[["Evidence"], bool]
 Evaluate = Callable[["Evidence"], list[Finding]]

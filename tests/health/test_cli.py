@@ -11,7 +11,7 @@ import pytest
 
 from gymflow import parallel
 from gymflow.cli import main
-from gymflow.health import _runner, run_health
+from gymflow.health import _ranges, run_health
 from tests.health.builders import Outcome, call, health, record, trajectory, turn, write_lines
 
 
@@ -147,7 +147,7 @@ def _mixed_rows() -> list[object]:
 
 def test_h77_identical_bytes_for_any_worker_count(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = write_lines(tmp_path / "rollouts.jsonl", _mixed_rows())
-    monkeypatch.setattr(_runner, "RANGE_BYTES", 4096)  # several ranges even for a small file
+    monkeypatch.setattr(_ranges, "RANGE_BYTES", 4096)  # several ranges even for a small file
     outputs = set()
     for workers in (1, 2, 4, 8):
         out_dir = tmp_path / f"w{workers}"
@@ -160,7 +160,7 @@ def test_h77_identical_bytes_for_any_worker_count(tmp_path: Path, monkeypatch: p
 
 def test_h77_pool_unavailable_or_broken_falls_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = write_lines(tmp_path / "rollouts.jsonl", _mixed_rows())
-    monkeypatch.setattr(_runner, "RANGE_BYTES", 4096)
+    monkeypatch.setattr(_ranges, "RANGE_BYTES", 4096)
     run_health([str(path)], report_dir=str(tmp_path / "ref"), workers=1, use_cache=False)
     expected = Outcome(tmp_path / "ref").verdict_bytes
 

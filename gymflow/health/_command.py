@@ -10,16 +10,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from gymflow import locking, provenance, storage
-from gymflow.health._report import HealthReport, console_line
-from gymflow.health._runner import (
-    HealthPlan,
-    Progress,
-    evaluate_all,
-    finish,
-    plan,
-    report_dir_for,
-    write_reports_digested,
-)
+from gymflow.health._ranges import HealthPlan, Progress, evaluate_all, plan, report_dir_for
+from gymflow.health._report import HealthReport, console_line, write_reports_digested
 
 logger = logging.getLogger(__name__)
 COMMAND = "eval health-check"
@@ -116,12 +108,12 @@ def _run_locked(
         if provenance.up_to_date(record_url, cache_key(plan_, inputs)):
             logger.info("reports are up to date: %s", record_url)
             return cached_outcome(summary_url, record_url)
-        report = finish(plan_, evaluate_all(plan_, progress))
+        report = evaluate_all(plan_, progress)
     else:
         # Nothing can be up to date, so hashing the inputs overlaps the evaluation.
         with ThreadPoolExecutor(max_workers=1) as hasher:
             hashing = hasher.submit(_digests, plan_.paths)
-            report = finish(plan_, evaluate_all(plan_, progress))
+            report = evaluate_all(plan_, progress)
             inputs = hashing.result()
     return record_outputs(plan_, report, directory, inputs, {"kind": "direct"}, started_at)
 

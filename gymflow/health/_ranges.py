@@ -1,0 +1,192 @@
+"""Evaluating rollout files by byte ranges: plan the ranges, evaluate each (serially or in a
+process pool) into a sorted run of rows, and merge the runs into the reports (spec §8).
+
+The same three steps (:func:`plan`, :func:`evaluate_range`, :func:`finish`) are what the Prefect
+flow composes as tasks, so both paths write identical bytes. :func:`evaluate_all` (the direct
+path) keeps every row in the workers and on disk: a worker spills its range's rows, then (once
+the lines before each range are counted) places and sorts them into a run file, and the parent
+only merges the runs, holding a small batch of entries per run at a time.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import suppress
+from dataclasses import dataclass
+from functools import partial
+from pathlib import PurePath
+
+from gymflow import parallel, storage
+from gymflow.errors import InputError, UsageError
+from gymflow.health._evaluate import RowResult, RunStats, evaluate_line, is_blank
+from gymflow.health._registry import normalize_ignored
+from gymflow.health._report import HealthReport, merge_runs
+from gymflow.health._runs import Placement, RowWriter, SortedRun, read_spilled_rows, sort_rows
+from gymflow.health._vocabulary import CheckId
+
+Progress = Callable[[int], None]
+"""Called with a number of bytes just processed."""
+
+RANGE_BYTES = 32 * 1024 * 1024
+MAX_RANGES_PER_FILE = 256
+MAX_DEFAULT_WORKERS = 8
+
+
+@dataclass(frozen=True, slots=True)
+class ByteRange:
+    """The lines that start in [start, end) of the input at ``source_index``."""
+
+    source_index: int
+    path: str
+    start: int
+    end: int
+
+
+@dataclass(frozen=True, slots=True)
+class RangeResult:
+    """The rows of one range in input order, with range-local numbering: held in ``rows``, or
+    (from :func:`evaluate_all`) spilled to the local file ``spill``."""
+
+    byte_range: ByteRange
+    rows: list[RowResult]
+    physical_lines: int
+    stats: RunStats
+    row_count: int
+    spill: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HealthPlan:
+    paths: tuple[str, ...]
+    ranges: tuple[ByteRange, ...]
+    workers: int
+    ignored: tuple[CheckId, ...]
+
+
+def default_workers() -> int:
+    return min(os.cpu_count() or 1, MAX_DEFAULT_WORKERS)
+
+
+def source_file_name(path: str) -> str:
+    """The input path as the locator reports it: as passed, normalised like ``pathlib``."""
+    return path if "://" in path else str(PurePath(path))
+
+
+def plan(
+    paths: Sequence[str],
+    workers: int | None = None,
+    ignored_checks: str | Iterable[str] | None = None,
+) -> HealthPlan:
+    """Validate the call (in the reference's order) and split the inputs into byte ranges."""
+    ignored = normalize_ignored(ignored_checks)
+    if not paths:
+        raise UsageError("at least one rollout JSONL path is required")
+    for path in paths:
+        if not storage.isfile(path):
+            raise InputError(f"Rollout JSONL not found: {path}")
+    limit = default_workers() if workers is None else workers
+    ranges: list[ByteRange] = []
+    for index, path in enumerate(paths):
+        size = storage.size(path)
+        parts = 1 if limit <= 1 else max(1, min(MAX_RANGES_PER_FILE, math.ceil(size / RANGE_BYTES)))
+        ranges += [ByteRange(index, path, start, end) for start, end in storage.split_ranges(path, parts)]
+    if workers is not None and workers < 1:
+        raise UsageError("workers must be at least 1")
+    return HealthPlan(tuple(paths), tuple(ranges), limit, ignored)
+
+
+def evaluate_range(
+    byte_range: ByteRange, ignored: Sequence[str], progress: Progress | None = None, spill: str | None = None
+) -> RangeResult:
+    """Evaluate every non-blank line starting in one byte range, with range-local numbering; the
+    rows are kept in the result, or written to the local file ``spill`` as they come."""
+    ignored_set = frozenset(ignored)
+    rows: list[RowResult] = []
+    stats = RunStats()
+    physical = count = 0
+    with RowWriter(spill) as writer:
+        keep = rows.append if spill is None else writer.add
+        for _, line in storage.iter_lines(byte_range.path, byte_range.start, byte_range.end):
+            physical += 1
+            if not is_blank(line):
+                keep(evaluate_line(line, physical, count, ignored_set, stats))
+                count += 1
+            if progress is not None:
+                progress(len(line))
+    return RangeResult(byte_range, rows, physical, stats, count, spill)
+
+
+def finish(
+    plan_: HealthPlan, results: Sequence[RangeResult], workers: parallel.Workers | None = None
+) -> HealthReport:
+    """Place range-local rows in input order, sort each range's rows into a run (in ``workers``
+    when given) and merge the runs into the report."""
+    ordered = sorted(results, key=lambda r: (r.byte_range.source_index, r.byte_range.start))
+    jobs: list[_SortJob] = []
+    stats = RunStats()
+    line_offset = ordinal_offset = 0
+    current_source = -1
+    for result in ordered:
+        stats.add(result.stats)
+        source = result.byte_range.source_index
+        if source != current_source:
+            current_source, line_offset = source, 0
+        # The name comes from this run's plan: a cached range result may have been computed
+        # from the same bytes under another path.
+        placement = Placement(source, source_file_name(plan_.paths[source]), line_offset, ordinal_offset)
+        jobs.append((result, placement))
+        line_offset += result.physical_lines
+        ordinal_offset += result.row_count
+    if workers is None:
+        runs = [_sort_job(job) for job in jobs]
+    else:
+        runs = workers.map(_sort_job, jobs, done=_sorted)
+    return merge_runs([run.entries() for run in runs], plan_.ignored, stats)
+
+
+_SortJob = tuple[RangeResult, Placement]
+
+
+def _sort_job(job: _SortJob) -> SortedRun:
+    result, placement = job
+    if result.spill is None:
+        return sort_rows(result.rows, placement)
+    return sort_rows(read_spilled_rows(result.spill), placement, spill=result.spill + ".sorted")
+
+
+def _sorted(job: _SortJob, _: SortedRun) -> None:
+    """Once its run is sorted, a range's spilled rows go (not in the worker: a worker that dies
+    after sorting leaves them for the serial retry)."""
+    if job[0].spill is not None:
+        with suppress(FileNotFoundError):
+            os.unlink(job[0].spill)
+
+
+def _evaluate_and_spill(byte_range: ByteRange, ignored: tuple[str, ...], spill_dir: str) -> RangeResult:
+    path = os.path.join(spill_dir, f"range-{byte_range.source_index}-{byte_range.start}")
+    return evaluate_range(byte_range, ignored, spill=path)
+
+
+def evaluate_all(plan_: HealthPlan, progress: Progress | None = None) -> HealthReport:
+    """Evaluate every range and merge the rows into the report, in a process pool when that helps
+    (serially when it cannot run); rows wait on local disk, never in this process."""
+
+    def done(byte_range: ByteRange, _: RangeResult) -> None:
+        if progress is not None:
+            progress(byte_range.end - byte_range.start)
+
+    count = min(plan_.workers, len(plan_.ranges))
+    with (
+        tempfile.TemporaryDirectory(prefix="gymflow-health-") as spill_dir,
+        parallel.Workers(count, what="running rollout health checks") as workers,
+    ):
+        evaluate = partial(_evaluate_and_spill, ignored=tuple(plan_.ignored), spill_dir=spill_dir)
+        results = workers.map(evaluate, plan_.ranges, done=done)
+        return finish(plan_, results, workers)
+
+
+def report_dir_for(paths: Sequence[str], report_dir: str | None) -> str:
+    return report_dir if report_dir is not None else storage.parent(paths[0])

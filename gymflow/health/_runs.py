@@ -1,0 +1,218 @@
+"""Sorted runs of rows: each byte range's rows, placed and in report order, ready to merge.
+
+A run holds one :class:`Entry` per row: its report-order key, its ``rollout_verdicts.jsonl`` line
+as written when no other row shares its identity, and the few facts the summary counts. Runs
+built by pool workers live in local files, written and read in small batches, so the process
+merging them holds one batch per run, never the rows.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import pickle
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, BinaryIO, NamedTuple
+
+from gymflow.health._evaluate import RowResult
+from gymflow.health._vocabulary import CheckId, Finding, Identity, Verdict, VerdictRow
+
+__all__ = [
+    "Entry",
+    "Placement",
+    "SortedRun",
+    "merge_entries",
+    "RowWriter",
+    "read_spilled_rows",
+    "sort_rows",
+    "with_duplicates",
+]
+
+BATCH = 64
+"""Entries (or rows) per pickle in a run file."""
+
+SortKey = tuple[tuple[int, int | str], tuple[int, int | str], tuple[int, int | str]]
+
+_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+
+class Placement(NamedTuple):
+    """Where a range's rows stand: its input, that input's name, and the physical lines and rows
+    of the input before the range."""
+
+    source_index: int
+    source_file: str
+    line_offset: int
+    ordinal_offset: int
+
+
+class Entry(NamedTuple):
+    """One placed row, as the merge and the summary need it."""
+
+    key: SortKey
+    """Report order: task, rollout, stage (integers before strings). Rows with equal keys are
+    exactly the rows sharing an identity (``rollout_duplicate_identity``)."""
+    line: str
+    """The row's verdict line, without its newline."""
+    verdict: Verdict
+    unobserved: tuple[CheckId, ...]
+    checks: tuple[CheckId, ...]
+    """The check of each finding, in order."""
+    task: Identity
+    rollout: Identity
+    policy_complete: bool
+    successful_calls: int
+
+
+def _order(value: Identity | None) -> tuple[int, int | str]:
+    if isinstance(value, int):
+        return (0, value)
+    return (1, "None" if value is None else value)
+
+
+def _verdict(findings: Sequence[Finding], unobserved: Sequence[CheckId]) -> Verdict:
+    if findings:
+        return "unhealthy"
+    return "unobserved" if unobserved else "healthy"
+
+
+def entry(row: RowResult) -> Entry:
+    """The entry of a placed row."""
+    assert row.task is not None
+    row_verdict = _verdict(row.findings, row.unobserved)
+    out: VerdictRow = {
+        "_ng_task_index": row.task,
+        "_ng_rollout_index": row.rollout,
+        "rollout_id": row.rollout_id,
+        "verdict": row_verdict,
+        "findings": row.findings,
+        "unobserved": row.unobserved,
+    }
+    if row.stage is not None:
+        out["stage_index"] = row.stage
+    return Entry(
+        (_order(row.task), _order(row.rollout), _order(row.stage)),
+        _encode(out),
+        row_verdict,
+        row.unobserved,
+        tuple(item["check"] for item in row.findings),
+        row.task,
+        row.rollout,
+        row.policy_complete,
+        row.successful_calls,
+    )
+
+
+def with_duplicates(item: Entry, count: int) -> Entry:
+    """``item`` with the ``rollout_duplicate_identity`` finding appended (``count`` rows share its
+    identity): its line re-encoded from the line itself, so no row has to be kept for it."""
+    out = json.loads(item.line)
+    out["findings"].append({"check": "rollout_duplicate_identity", "detail": {"duplicate_count": count}})
+    out["verdict"] = "unhealthy"
+    return item._replace(
+        line=_encode(out), verdict="unhealthy", checks=(*item.checks, "rollout_duplicate_identity")
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class SortedRun:
+    """A run held in memory (``held``) or in the local file ``path``."""
+
+    held: list[Entry] | None = None
+    path: str | None = None
+
+    def entries(self) -> Iterator[Entry]:
+        if self.held is not None:
+            return iter(self.held)
+        assert self.path is not None
+        return _read_batches(self.path)
+
+
+def _read_batches(path: str) -> Iterator[Any]:
+    with open(path, "rb") as handle:
+        while True:
+            try:
+                batch = pickle.load(handle)
+            except EOFError:
+                return
+            yield from batch
+
+
+def _write_batches(items: Sequence[Any], path: str) -> None:
+    with open(path, "wb") as handle:
+        for start in range(0, len(items), BATCH):
+            pickle.dump(items[start : start + BATCH], handle, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+class RowWriter:
+    """Writes rows, in batches, to a local file (or nowhere, for ``path=None``)."""
+
+    def __init__(self, path: str | None) -> None:
+        self._handle: BinaryIO | None = None if path is None else open(path, "wb")  # noqa: SIM115
+        self._batch: list[RowResult] = []
+
+    def __enter__(self) -> RowWriter:
+        return self
+
+    def add(self, row: RowResult) -> None:
+        self._batch.append(row)
+        if len(self._batch) == BATCH:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._handle is not None and self._batch:
+            pickle.dump(self._batch, self._handle, protocol=pickle.HIGHEST_PROTOCOL)
+        self._batch = []
+
+    def __exit__(self, *exc: object) -> None:
+        if self._handle is not None:
+            try:
+                self._flush()
+            finally:
+                self._handle.close()
+
+
+def read_spilled_rows(path: str) -> Iterator[RowResult]:
+    """The rows a :class:`RowWriter` wrote, one at a time."""
+    return _read_batches(path)
+
+
+def sort_rows(rows: Iterable[RowResult], placement: Placement, spill: str | None = None) -> SortedRun:
+    """Place range-local rows (see :meth:`RowResult.place`), sort their entries into report
+    order (input order among equal keys) and keep the run in memory, or write it to ``spill``."""
+    source, name, line_offset, ordinal_offset = placement
+    entries = []
+    for row in rows:
+        row.place(source, name, line_offset, ordinal_offset)
+        entries.append(entry(row))
+    entries.sort(key=lambda item: item.key)
+    if spill is None:
+        return SortedRun(held=entries)
+    _write_batches(entries, spill)
+    return SortedRun(path=spill)
+
+
+def merge_entries(runs: Iterable[Iterator[Entry]]) -> Iterator[Entry]:
+    """The entries of sorted runs in one sorted stream, earlier runs first among equal keys.
+
+    Runs of rows written in task order barely overlap, so each run is drained while its entries
+    stay below the next run's head: one comparison per entry, the heap only where runs meet.
+    """
+    iterators = list(runs)
+    heads: list[Entry | None] = [next(iterator, None) for iterator in iterators]
+    heap = [(head.key, index) for index, head in enumerate(heads) if head is not None]
+    heapq.heapify(heap)
+    while heap:
+        _, index = heapq.heappop(heap)
+        head = heads[index]
+        assert head is not None
+        yield head
+        bound = heap[0] if heap else None
+        for item in iterators[index]:
+            if bound is None or (item.key, index) < bound:
+                yield item
+                continue
+            heads[index] = item
+            heapq.heappush(heap, (item.key, index))
+            break
