@@ -1,17 +1,19 @@
 """Benchmark of ``gymflow eval join --direct`` against a plain parse of the same bytes.
 
-For each size (default 5,000 and 20,000 rollouts, about 5 model calls each, seeded) it writes a
+For each size (default 10,000 and 40,000 rollouts, about 5 model calls each, seeded) it writes a
 pre-join run directory with :mod:`bench.join_corpus` (cached under ``bench/_corpus/``), then:
 
 * ``parse``: one process, ``orjson.loads`` of every line of ``rollouts.jsonl`` and of every
   capture file (each file opened and read whole), nothing else;
 * ``join``: ``gymflow eval join RUN --direct --no-cache`` in a fresh process (CLI start-up,
-  config, the join, writing the output and the provenance record), its wall time and its peak
-  RSS (``ru_maxrss``); ``join (in-process)`` is the same run timed inside the process, without
-  interpreter start-up and imports.
+  config, the join, writing the output and the provenance record), its wall time and the peak RSS
+  of its whole process tree, parent plus workers (psutil, summed every 50 ms, as
+  :func:`bench.health.run_measured` measures); ``join (in-process)`` is the same run timed inside
+  the process, without interpreter start-up and imports.
 
-It prints ``ratio = join / parse`` (target <= 2.0) and the peak RSS (target <= 300 MB, flat from
-5k to 20k), and the same ratio in CPU seconds, which a machine shared with other work distorts less.
+It prints ``ratio = join / parse`` (target <= 2.0) and the process tree's peak RSS (target <= 300
+MB, flat from 10k to 40k), and the same ratio in CPU seconds, which a machine shared with other
+work distorts less.
 Usage: ``python -m bench.join [--sizes 5000 20000] [--seed 0] [--repeat 2] [--workers N]``.
 """
 
@@ -21,7 +23,6 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -29,6 +30,7 @@ from pathlib import Path
 
 import orjson
 
+from bench.health import run_measured
 from bench.join_corpus import write_run
 
 CORPUS = Path(__file__).parent / "_corpus"
@@ -38,8 +40,8 @@ import json, resource, sys, time
 t0 = time.perf_counter()
 from gymflow.cli import main
 t1 = time.perf_counter()
-import gymflow.join.direct as direct
-original = direct.run_join
+import gymflow.join as join
+original = join.run_join
 timing = {}
 def timed(*args, **kwargs):
     start = time.perf_counter()
@@ -47,15 +49,13 @@ def timed(*args, **kwargs):
         return original(*args, **kwargs)
     finally:
         timing["join"] = time.perf_counter() - start
-direct.run_join = timed
-import gymflow.cli.join as cli_join
-cli_join.run_join = timed
+join.run_join = timed  # the CLI imports it from the package when it runs
 code = main(sys.argv[1:])
 me = resource.getrusage(resource.RUSAGE_SELF)
 kids = resource.getrusage(resource.RUSAGE_CHILDREN)
 report = {
-    "code": code, "imports": t1 - t0, "join": timing.get("join"), "rss": me.ru_maxrss * 1024,
-    "worker_rss": kids.ru_maxrss * 1024, "cpu": me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime,
+    "code": code, "imports": t1 - t0, "join": timing.get("join"),
+    "cpu": me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime,
 }
 print(json.dumps(report), file=sys.stderr)
 """
@@ -96,29 +96,23 @@ def parse_all(run_dir: Path) -> tuple[float, float, int]:
 
 
 def join_once(run_dir: Path, workers: int) -> dict[str, float]:
-    """Run the CLI join in a fresh process; wall seconds, in-process seconds, peak RSS bytes.
+    """Run the CLI join in a fresh process; wall seconds, in-process seconds, CPU seconds and the
+    peak RSS of the process tree (``rss``) and of its largest process (``single_rss``), in bytes.
 
     The previous output is removed first, so every run writes a new file (as a first join does).
     """
     (run_dir / "rollouts_joined.jsonl").unlink(missing_ok=True)
-    start = time.perf_counter()
     command = ["eval", "join", str(run_dir), "--direct", "--no-cache", "--workers", str(workers)]
-    proc = subprocess.run(
-        [sys.executable, "-c", _CHILD, *command],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    wall = time.perf_counter() - start
-    if proc.returncode != 0:
-        raise SystemExit(f"join failed ({proc.returncode}):\n{proc.stderr}")
-    report = json.loads(proc.stderr.strip().splitlines()[-1])
-    return {"wall": wall, **report}
+    run = run_measured([sys.executable, "-c", _CHILD, *command])
+    if run.returncode != 0:
+        raise SystemExit(f"join failed ({run.returncode}):\n{run.stderr}")
+    report = json.loads(run.stderr.strip().splitlines()[-1])
+    return {"wall": run.seconds, "rss": run.peak_tree_rss, "single_rss": run.peak_single_rss, **report}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.join", description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[5000, 20000])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10000, 40000])
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--repeat", type=int, default=2, help="best of N for each measurement")
     parser.add_argument(
@@ -139,8 +133,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{size:>6} rollouts, {args.workers} workers: input {nbytes / 2**20:.1f} MiB, "
             f"output {out_bytes / 2**20:.1f} MiB; parse {parse_s:.2f}s, join {best['wall']:.2f}s "
             f"(in-process {best['join']:.2f}s); ratio = join / parse = {best['wall'] / parse_s:.2f} "
-            f"(in-process {best['join'] / parse_s:.2f}); peak RSS {best['rss'] / 1e6:.1f} MB "
-            f"(largest worker {best['worker_rss'] / 1e6:.1f} MB); CPU time: parse {parse_cpu:.2f}s, "
+            f"(in-process {best['join'] / parse_s:.2f}); "
+            f"peak RSS of the process tree {best['rss'] / 1e6:.1f} MB "
+            f"(largest process {best['single_rss'] / 1e6:.1f} MB); CPU time: parse {parse_cpu:.2f}s, "
             f"join {cpu:.2f}s (whole process, all workers), ratio {cpu / parse_cpu:.2f}"
         )
     if len(rows) > 1:

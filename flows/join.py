@@ -12,16 +12,17 @@ from typing import Any
 from prefect import flow
 
 from gymflow import locking, provenance, storage
-from gymflow.flows._publish import orchestrator, publish, record_inputs
-from gymflow.join.run import (
+from gymflow.flows._publish import lineage, orchestrator, publish, record_inputs
+from gymflow.join import (
     COMMAND,
     JoinResult,
     JoinSettings,
+    JoinStats,
     missing_capture_warning,
     part_urls,
     remove_parts,
+    summary_paragraph,
 )
-from gymflow.join.stats import JoinStats, summary_paragraph
 from gymflow.tasks import join as tasks
 
 
@@ -81,7 +82,8 @@ def _joined(
             stats.merge(future.result())
             if progress is not None:
                 progress(end - start)
-        output = tasks.concatenate(settings, parts)
+        sources = [settings.rollouts] + ([settings.capture_dir] if settings.capture_dir else [])
+        output = tasks.concatenate.with_options(**lineage([settings.output], sources))(settings, parts)
     finally:
         remove_parts(parts)
     record_url = tasks.write_provenance(

@@ -22,7 +22,7 @@ from gymflow.aggregate import AggregateOptions, AggregateOutcome
 from gymflow.errors import GymflowError
 from gymflow.frozen import FrozenDict, freeze
 from gymflow.health import HealthOutcome
-from gymflow.join.run import JoinResult, JoinSettings
+from gymflow.join import JoinResult, JoinSettings
 from gymflow.reverify import ReverifyOptions, ReverifyOutcome
 
 logger = logging.getLogger(__name__)
@@ -194,7 +194,7 @@ def run_post(options: PostOptions, steps: Steps, echo: Echo) -> PipelineSummary:
 
     checked = rollouts
     if needs_join(rollouts):
-        from gymflow.join.run import resolve_settings
+        from gymflow.join import resolve_settings
 
         settings = resolve_settings(options.run, options.rollouts, options.capture_dir)
         result = steps.join(settings, options.use_cache)
@@ -260,7 +260,7 @@ class DirectSteps:
         return run_aggregate(options, echo=echo, progress=self.progress)
 
     def join(self, settings: JoinSettings, use_cache: bool) -> JoinResult:
-        from gymflow.join.direct import run_join
+        from gymflow.join import run_join
 
         return run_join(settings, use_cache=use_cache)
 

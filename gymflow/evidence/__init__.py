@@ -1,5 +1,11 @@
-"""Models of the NeMo Gym 0.7.0 artifacts gymflow reads (the canonical ``ng_trajectory``)."""
+"""Models of the NeMo Gym 0.7.0 artifacts gymflow reads: ``ng_trajectory`` and ``ng_agent_observations``."""
 
+from gymflow.evidence.observations import (
+    AgentObservationBundle,
+    AgentObservationRecord,
+    ContextCompactionObservation,
+    SandboxObservation,
+)
 from gymflow.evidence.trajectory import (
     MAX_FREE_FORM_DEPTH,
     AgentInvocation,
@@ -8,26 +14,38 @@ from gymflow.evidence.trajectory import (
     ObservationGap,
     ResponseMetadata,
     TokenStats,
+    ToolCallObservation,
     TrajectoryModelCall,
     TrajectoryRecord,
     TrajectoryToolCall,
     TrajectoryTurn,
     TrajectoryUnreadable,
+    check_tool_timing,
+    check_trajectory_identity,
+    identifies_a_call,
     validate_trajectory,
 )
 
 __all__ = [
     "MAX_FREE_FORM_DEPTH",
     "AgentInvocation",
+    "AgentObservationBundle",
+    "AgentObservationRecord",
+    "ContextCompactionObservation",
     "ModelCallRef",
     "ModelServerRef",
     "ObservationGap",
     "ResponseMetadata",
+    "SandboxObservation",
     "TokenStats",
+    "ToolCallObservation",
     "TrajectoryModelCall",
     "TrajectoryRecord",
     "TrajectoryToolCall",
     "TrajectoryTurn",
     "TrajectoryUnreadable",
+    "check_tool_timing",
+    "check_trajectory_identity",
+    "identifies_a_call",
     "validate_trajectory",
 ]

@@ -137,7 +137,11 @@ _MISSING: Final = object()
 
 
 def _type_literal(item: Obj, kind: str) -> str:
-    return _literal_default(item.get("type", _MISSING), frozenset({kind}), kind, "type")
+    """The item's ``type``: ``kind`` when absent, else it must be exactly ``kind``."""
+    value = item.get("type", kind)
+    if isinstance(value, str) and value == kind:
+        return kind
+    fail("type", f"must be {kind!r}: {value!r}")
 
 
 def _content_list(value: Any, where: str) -> list[Any]:

@@ -1,15 +1,16 @@
 """Lax scalar coercion, as pydantic v2 applies it to parsed JSON (evidence.md, preamble).
 
-NeMo Gym 0.7.0 validates its observation models with pydantic's default (lax) mode: ``"200"`` is a
-status code, ``true`` is ``1``, ``"12.5"`` is a float, ``200.5`` is not an integer, and a number is
-never a string. The join validates the same values by hand for speed; every value that is not
-already of the exact type is delegated to pydantic itself, so the edge cases (``"1_000"``, ``" 3 "``,
-``"yes"``) are pydantic's own.
+NeMo Gym 0.7.0 validates with pydantic's default (lax) mode: ``"200"`` is a status code, ``true``
+is ``1``, ``"12.5"`` is a float, ``200.5`` is not an integer, and a number is never a string. The
+observation and trajectory models are pydantic models (:mod:`gymflow.evidence.trajectory`); these
+helpers serve the values still checked by hand, field by field: conversation items and their
+content parts (0.7.0's OpenAI SDK models) and capture lines (``gymflow.join``'s
+``ModelCallRecord``). Every value that is not already of the exact type is delegated to pydantic
+itself, so the edge cases (``"1_000"``, ``" 3 "``, ``"yes"``) are pydantic's own.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any, Final, NoReturn
 
 import pydantic
@@ -20,8 +21,6 @@ __all__ = [
     "lax_bool",
     "lax_float",
     "lax_int",
-    "nonneg_float",
-    "nonneg_int",
     "opt_literal",
     "opt_str",
     "req_str",
@@ -65,24 +64,6 @@ def lax_float(value: Any, where: str) -> float | None:
         result: float = _FLOAT.validate_python(value)
     except pydantic.ValidationError:
         fail(where, f"not a number: {value!r}")
-    return result
-
-
-def nonneg_float(value: Any, where: str) -> float | None:
-    """An optional float field constrained to ``>= 0``."""
-    result = lax_float(value, where)
-    if result is not None and not result >= 0:
-        fail(where, f"must be >= 0: {value!r}")
-    if result is not None and math.isnan(result):  # pragma: no cover - caught by the comparison
-        fail(where, "must be >= 0")
-    return result
-
-
-def nonneg_int(value: Any, where: str) -> int | None:
-    """An optional integer field constrained to ``>= 0``."""
-    result = lax_int(value, where)
-    if result is not None and result < 0:
-        fail(where, f"must be >= 0: {value!r}")
     return result
 
 

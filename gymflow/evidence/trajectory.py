@@ -1,7 +1,11 @@
-"""The ``ng_trajectory`` contract (health spec §2.4) as pydantic models.
+"""The ``ng_trajectory`` contract (health spec §2.4, evidence spec §5) as pydantic models.
 
-Fields are in 0.7.0's order, so ``model_dump(mode="json")`` is the join's dump byte for byte
-(``tests/test_trajectory_contract.py`` pins the two).
+The one definition of the trajectory: fields in 0.7.0's order, lax types, defaults and the
+record-level rules. The health checks validate with these models; the join validates what it
+reads with them and dumps with ``model_dump()``; the rules the join must apply to values it built
+itself are module functions the validators call too (:func:`identifies_a_call`,
+:func:`check_tool_timing`, :func:`check_trajectory_identity`). ``tests/test_trajectory_contract.py``
+pins coerced values and dumps byte for byte.
 
 pydantic's lax mode is the reference's own coercion table (``"500"`` is a status code, ``"yes"``
 a boolean, ``"1e3"`` not an integer), so validating with pydantic reproduces it exactly. Every
@@ -10,6 +14,7 @@ object rejects unknown keys except :class:`ModelServerRef`, which ignores and dr
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Annotated, Any, Literal
 
 import orjson
@@ -17,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from gymflow.evidence.conversation import conversation_items
 from gymflow.evidence.lax import ValidationError as LaxValidationError
+from gymflow.evidence.lax import fail
 
 MAX_FREE_FORM_DEPTH = 255
 """Deepest free-form value the reference can serialise; deeper ones make a trajectory unreadable."""
@@ -27,6 +33,46 @@ Count = Annotated[int, Field(ge=0)]
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+def identifies_a_call(model_call_id: str | None, model_ref: object, response_id: str | None) -> bool:
+    """A model-call reference is valid iff it has a call id, or a server and a response id."""
+    return bool(model_call_id) or (model_ref is not None and bool(response_id))
+
+
+def check_tool_timing(started_at: float | None, completed_at: float | None) -> None:
+    """A tool call must not complete before it starts (when both times are known)."""
+    if started_at is not None and completed_at is not None and completed_at < started_at:
+        fail("tool_call", "completed_at precedes started_at")
+
+
+def check_trajectory_identity(
+    task_id: str,
+    rollout_id: str,
+    invocation_ids: Iterable[str],
+    model_call_ids: Iterable[str | None],
+    turns: Iterable[tuple[str, str, str, int]],
+) -> None:
+    """The record-level rules of ``TrajectoryRecord``, in 0.7.0's order.
+
+    ``turns`` holds ``(invocation_id, task_id, rollout_id, turn_no)`` per turn. Raises
+    :class:`~gymflow.evidence.lax.ValidationError` (a ``ValueError``: inside a model validator
+    pydantic reports it as its own ``ValidationError``).
+    """
+    invocations = list(invocation_ids)
+    if len(set(invocations)) != len(invocations):
+        fail("ng_trajectory", "invocation_id values must be unique")
+    calls = [call_id for call_id in model_call_ids if call_id]
+    if len(set(calls)) != len(calls):
+        fail("ng_trajectory", "model_call_id values must be unique")
+    seen: set[tuple[str, int]] = set()
+    for invocation_id, turn_task, turn_rollout, turn_no in turns:
+        if turn_task != task_id or turn_rollout != rollout_id:
+            fail("ng_trajectory", "every turn must belong to the trajectory's task and rollout")
+        key = (invocation_id, turn_no)
+        if key in seen:
+            fail("ng_trajectory", f"(invocation_id, turn_no) must be unique: {key!r}")
+        seen.add(key)
 
 
 class ModelServerRef(BaseModel):
@@ -47,7 +93,7 @@ class ModelCallRef(_Strict):
 
     @model_validator(mode="after")
     def _identifies_a_call(self) -> ModelCallRef:
-        if not self.model_call_id and not (self.model_ref is not None and self.response_id):
+        if not identifies_a_call(self.model_call_id, self.model_ref, self.response_id):
             raise ValueError("a model-call reference needs model_call_id, or model_ref and response_id")
         return self
 
@@ -122,7 +168,9 @@ class AgentInvocation(_Strict):
             raise ValueError(str(exc)) from None
 
 
-class TrajectoryToolCall(_Strict):
+class ToolCallObservation(_Strict):
+    """Timing of one tool call as the agent observed it (an ``ng_agent_observations`` record)."""
+
     kind: Literal["tool_call"] = "tool_call"
     invocation_id: str
     tool_call_id: str
@@ -134,14 +182,17 @@ class TrajectoryToolCall(_Strict):
     timing_source: Literal["executor", "artifact", "harness"] | None = None
     status: Literal["completed", "failed", "timeout", "cancelled", "incomplete", "unknown"] = "unknown"
     error_type: str | None = None
-    output: Any = None
 
     @model_validator(mode="after")
-    def _ordered(self) -> TrajectoryToolCall:
-        if self.started_at is not None and self.completed_at is not None:
-            if self.completed_at < self.started_at:
-                raise ValueError("completed_at precedes started_at")
+    def _ordered(self) -> ToolCallObservation:
+        check_tool_timing(self.started_at, self.completed_at)
         return self
+
+
+class TrajectoryToolCall(ToolCallObservation):
+    """A tool call of the trajectory: the observation plus the output the model saw."""
+
+    output: Any = None
 
 
 class ObservationGap(_Strict):
@@ -164,20 +215,13 @@ class TrajectoryRecord(_Strict):
 
     @model_validator(mode="after")
     def _consistent(self) -> TrajectoryRecord:
-        invocation_ids = [invocation.invocation_id for invocation in self.invocations]
-        if len(set(invocation_ids)) != len(invocation_ids):
-            raise ValueError("invocation_id values must be unique")
-        call_ids = [call.model_call_id for call in self.model_calls if call.model_call_id]
-        if len(set(call_ids)) != len(call_ids):
-            raise ValueError("model_call_id values must be unique")
-        turn_keys = set()
-        for turn in self.turns:
-            if turn.task_id != self.task_id or turn.rollout_id != self.rollout_id:
-                raise ValueError("every turn must belong to the trajectory's task and rollout")
-            key = (turn.invocation_id, turn.turn_no)
-            if key in turn_keys:
-                raise ValueError("(invocation_id, turn_no) must be unique")
-            turn_keys.add(key)
+        check_trajectory_identity(
+            self.task_id,
+            self.rollout_id,
+            (invocation.invocation_id for invocation in self.invocations),
+            (call.model_call_id for call in self.model_calls),
+            ((t.invocation_id, t.task_id, t.rollout_id, t.turn_no) for t in self.turns),
+        )
         return self
 
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
+import fsspec  # type: ignore[import-untyped]
 import orjson
 
-from gymflow.join import MemoryCapture, join_row, join_row_outcome
-from gymflow.join.row import RowOutcome
+from gymflow.join import CaptureStore, RowOutcome, join_row, join_row_outcome
 
 POLICY = {"type": "responses_api_models", "name": "policy_model"}
 JUDGE = {"type": "responses_api_models", "name": "judge_model"}
@@ -95,7 +96,18 @@ def bundle(*records: Obj, gaps: list[Obj] | None = None, source: str = "example_
     return {"source": source, "records": list(records), "gaps": gaps or []}
 
 
-def store(**files: bytes) -> MemoryCapture:
+def memory_store(files: dict[str, bytes]) -> CaptureStore:
+    """A :class:`CaptureStore` over a new directory of fsspec's ``memory://`` holding ``files``
+    (file name -> bytes); the ``memfs`` fixture empties the memory filesystem around each test."""
+    directory = f"memory://capture-{uuid.uuid4().hex}"
+    fs = fsspec.filesystem("memory")
+    fs.mkdir(directory)
+    for name, data in files.items():
+        fs.pipe(f"{directory}/{name}", data)
+    return CaptureStore(directory)
+
+
+def store(**files: bytes) -> CaptureStore:
     """``store(**{"3-1": jsonl(...)})``; a name ending ``.incomplete`` is a marker."""
     out: dict[str, bytes] = {}
     for name, data in files.items():
@@ -103,14 +115,14 @@ def store(**files: bytes) -> MemoryCapture:
             out[name.removesuffix(".incomplete") + ".capture.incomplete"] = data
         else:
             out[name + ".capture.jsonl"] = data
-    return MemoryCapture(out)
+    return memory_store(out)
 
 
-def join(r: Obj, capture: MemoryCapture | None = None, *, perf: bool = True) -> Obj:
+def join(r: Obj, capture: CaptureStore | None = None, *, perf: bool = True) -> Obj:
     return join_row(r, capture if capture is not None else store(), perf=perf)
 
 
-def outcome(r: Obj, capture: MemoryCapture | None = None, *, perf: bool = True) -> RowOutcome:
+def outcome(r: Obj, capture: CaptureStore | None = None, *, perf: bool = True) -> RowOutcome:
     return join_row_outcome(r, capture if capture is not None else store(), perf=perf)
 
 

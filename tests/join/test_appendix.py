@@ -11,15 +11,15 @@ import orjson
 import pytest
 
 from gymflow.evidence import validate_trajectory
-from gymflow.join import MemoryCapture, join_row
-from tests.join.helpers import L, bundle, gap_tuples, inv, join, jsonl, ref, row, store
+from gymflow.join import CaptureStore, join_row
+from tests.join.helpers import L, bundle, gap_tuples, inv, join, jsonl, memory_store, ref, row, store
 
 APPENDIX = Path(__file__).parent / "appendix"
 
 
-def _case(name: str) -> tuple[dict[str, Any], MemoryCapture, dict[str, Any]]:
+def _case(name: str) -> tuple[dict[str, Any], CaptureStore, dict[str, Any]]:
     case = json.loads((APPENDIX / f"{name}.json").read_text())
-    files = MemoryCapture({k: v.encode() for k, v in case["capture_files"].items()})
+    files = memory_store({k: v.encode() for k, v in case["capture_files"].items()})
     return case["input"], files, case["output"]
 
 

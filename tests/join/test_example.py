@@ -6,8 +6,7 @@ import filecmp
 from pathlib import Path
 
 from bench.join_corpus import write_run
-from gymflow.join.direct import run_join
-from gymflow.join.run import resolve_settings
+from gymflow.join import resolve_settings, run_join
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "raw_run"
 

@@ -8,9 +8,8 @@ from typing import Any
 
 import pytest
 
-from gymflow.join import join_row_outcome
-from gymflow.join.merge import neumaier_sum
-from gymflow.join.stats import JoinStats
+from gymflow.join import JoinStats, join_row_outcome
+from gymflow.join._capture_merge import neumaier_sum
 from tests.join.helpers import L, bundle, inv, join, jsonl, ref, row, store
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gymflow.join.records import PAYLOAD_KEYS
+from gymflow.join import PAYLOAD_KEYS
 from tests.join.helpers import L, bundle, codes, inv, join, jsonl, ref, row, store
 
 

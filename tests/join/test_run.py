@@ -14,8 +14,8 @@ from gymflow import provenance, storage
 from gymflow.cli import main
 from gymflow.errors import InputError
 from gymflow.evidence import validate_trajectory
-from gymflow.join.direct import run_join
-from gymflow.join.run import default_output, resolve_settings
+from gymflow.join import default_output, resolve_settings, run_join
+from tests.asset_events import asset_events
 from tests.join.helpers import L, bundle, inv, jsonl, ref, row
 
 
@@ -221,3 +221,6 @@ def test_prefect_flow_writes_the_same_bytes(
     assert record["orchestrator"]["kind"] == "prefect" and record["orchestrator"]["flow_run_id"]
     assert len(record["inputs"]) == 1 + len(os.listdir(raw_run / "model-calls"))
     assert sorted(p.name for p in raw_run.iterdir() if p.name.startswith(".")) == []
+    joined = asset_events(raw_run / "rollouts_joined.jsonl")
+    assert joined == ["prefect.asset.materialization.succeeded"]
+    assert asset_events(raw_run / "rollouts.jsonl") == ["prefect.asset.referenced"]

@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gymflow.join import CaptureStore, RowError, capture_key, projection_identity
-from gymflow.join.identity import RowKeyError
+from gymflow.join import CaptureStore, RowError, RowKeyError, capture_key, projection_identity
 from tests.join.helpers import L, bundle, codes, inv, join, jsonl, outcome, ref, row, store
 
 

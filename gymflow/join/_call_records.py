@@ -3,23 +3,25 @@
 Everything a reader derives from a line: the response id, token counts, cache figures, tool calls
 and reasoning text, by the *shape* of the response (Responses ``output``, Chat ``choices``,
 Anthropic ``content``), never by the line's ``dialect``. A type violation in a field copied from
-the line raises :class:`~gymflow.evidence.lax.ValidationError`: the line is invalid.
+the line raises a ``ValidationError`` (``gymflow.evidence.lax``'s, or pydantic's for ``model_ref``): the line
+is invalid.
 """
 
 from __future__ import annotations
 
-from typing import Any, Final, NoReturn
+from typing import Any, Final, NoReturn, get_args
 
 import orjson
 
+from gymflow.evidence import ModelServerRef
 from gymflow.evidence.lax import fail, lax_bool, lax_float, lax_int, opt_literal, opt_str
-from gymflow.join.schema import POLICY_TYPE, server_ref
 
 __all__ = ["PAYLOAD_KEYS", "build_record", "parse_arguments", "usage_counts"]
 
 Obj = dict[str, Any]
 
 PAYLOAD_KEYS: Final = ("request", "response", "request_raw", "response_raw")
+_POLICY_TYPE: Final = get_args(ModelServerRef.model_fields["type"].annotation)[0]
 _SOURCE: Final = frozenset({"upstream", "local"})
 _EMPTY: Final[Obj] = {}
 
@@ -203,10 +205,10 @@ def build_record(line: Obj, position: int, *, payloads: bool = True) -> Obj:
         if not (
             type(ref) is dict
             and len(ref) == 2
-            and ref.get("type") == POLICY_TYPE
+            and ref.get("type") == _POLICY_TYPE
             and type(ref.get("name")) is str
         ):
-            ref = server_ref(ref)
+            ref = ModelServerRef.model_validate(ref).model_dump()
     dialect = get("dialect")
     if dialect is not None and type(dialect) is not str:
         _bad("dialect", dialect)

@@ -21,7 +21,7 @@ import orjson
 
 from gymflow import storage
 from gymflow.errors import GymflowError
-from gymflow.join.records import build_record
+from gymflow.join._call_records import build_record
 
 __all__ = [
     "JSONL_SUFFIX",
@@ -30,7 +30,6 @@ __all__ = [
     "CaptureSource",
     "CaptureStore",
     "FileRead",
-    "MemoryCapture",
     "parse_capture",
 ]
 
@@ -229,27 +228,3 @@ class CaptureStore:
 
 def _is_capture_name(name: str) -> bool:
     return name.endswith(JSONL_SUFFIX) or name.endswith(MARKER_SUFFIX)
-
-
-class MemoryCapture:
-    """A :class:`CaptureSource` over in-memory file contents, for tests and notebooks.
-
-    ``files`` maps file names (``"3-1.capture.jsonl"``, ``"3-1.capture.incomplete"``) to bytes.
-    """
-
-    def __init__(self, files: dict[str, bytes]) -> None:
-        self.files = files
-
-    def read(self, rollout_id: str, *, payloads: bool = True) -> CaptureRead:
-        data = self.files.get(rollout_id + JSONL_SUFFIX)
-        marker = rollout_id + MARKER_SUFFIX in self.files
-        if data is None and not marker:
-            return CaptureRead(exists=False)
-        records: list[Obj] = []
-        invalid = 0
-        if data is not None:
-            try:
-                records, invalid = parse_capture(data, payloads=payloads)
-            except UnicodeDecodeError:
-                return CaptureRead(exists=True, unreadable=True)
-        return CaptureRead(exists=True, records=records, invalid=invalid, incomplete=marker)

@@ -5,34 +5,68 @@ observations (gaps, new invocations, tool timing joined with conversation output
 captured calls (merged into producer calls by id, else appended). When the row had no producer
 trajectory object, turns are derived from the captured calls and their owning invocations, as
 0.7.0's code does (its documentation says otherwise, §12). Any exception aborts the projection;
-:mod:`gymflow.join.row` turns it into ``trajectory_projection_failed``.
+:mod:`gymflow.join._row` turns it into ``trajectory_projection_failed``.
 """
 
 from __future__ import annotations
 
 from typing import Any, Final
 
-from gymflow.join import schema
-from gymflow.join import trajectory_schema as tschema
-from gymflow.join.identity import projection_identity
-from gymflow.join.refjoin import dedupe_gaps
+import msgspec
+from pydantic import TypeAdapter, ValidationError
+
+from gymflow.evidence import (
+    AgentObservationBundle,
+    ObservationGap,
+    ResponseMetadata,
+    TokenStats,
+    TrajectoryModelCall,
+    TrajectoryRecord,
+    check_tool_timing,
+    check_trajectory_identity,
+    identifies_a_call,
+)
+from gymflow.evidence.lax import fail
+from gymflow.evidence.structs import convert_trajectory
+from gymflow.evidence.trajectory import NonNegative
+from gymflow.join._identity import projection_identity
+from gymflow.join._reference_join import dedupe_gaps
 
 __all__ = ["derive_turns", "project"]
 
 Obj = dict[str, Any]
 
-_TOKEN_MAP: Final = (
-    ("tokens_in", "prompt_tokens"),
-    ("tokens_out", "completion_tokens"),
-    ("tokens_reasoning", "reasoning_tokens"),
-    ("tokens_total", "total_tokens"),
-    ("cached_tokens", "cached_tokens"),
+_TOKEN_SOURCE: Final = {
+    "prompt_tokens": "tokens_in",
+    "completion_tokens": "tokens_out",
+    "reasoning_tokens": "tokens_reasoning",
+    "total_tokens": "tokens_total",
+    "cached_tokens": "cached_tokens",
+}
+"""Token stats field -> the ``ModelCallRecord`` key it is taken from."""
+_TOKEN_MAP: Final = tuple((_TOKEN_SOURCE[name], name) for name in TokenStats.model_fields)
+_METADATA_KEYS: Final = tuple(ResponseMetadata.model_fields)
+"""The metadata fields; a ``ModelCallRecord`` carries each under the same name."""
+_NON_NEGATIVE: Final[TypeAdapter[float | None]] = TypeAdapter(NonNegative | None)
+_TOP_LEVEL: Final = tuple(
+    n for n in TrajectoryModelCall.model_fields if n not in ("response_metadata", "token_stats")
 )
-_TOP_LEVEL: Final = ("model_call_id", "started_at", "completed_at", "duration_ms", "request", "response")
+"""The call's own fields a capture call overrides when it merges into a producer call."""
 
 
 def _gap(code: str, detail: str | None = None) -> Obj:
     return {"code": code, "invocation_id": None, "detail": detail}
+
+
+def _producer_dump(raw: Obj) -> Obj:
+    """``TrajectoryRecord.model_validate(raw).model_dump()``, through the msgspec Structs when they
+    accept ``raw`` (twice as fast; same values in the same field order, so the same bytes), else
+    through the model, which raises what 0.7.0 raises."""
+    record = convert_trajectory(raw)
+    if record is None:
+        return TrajectoryRecord.model_validate(raw).model_dump()
+    dump: Obj = msgspec.to_builtins(record)
+    return dump
 
 
 def _capture_call(call: Obj) -> Obj:
@@ -44,7 +78,7 @@ def _capture_call(call: Obj) -> Obj:
     response = get("response")
     if response is None:
         response = get("response_raw")
-    metadata = {key: get(key) for key in tschema.METADATA_KEYS if get(key) is not None}
+    metadata = {key: get(key) for key in _METADATA_KEYS if get(key) is not None}
     if "response_status" not in metadata and isinstance(response, dict):
         status = response.get("status")
         if isinstance(status, str):
@@ -69,14 +103,14 @@ def _capture_call(call: Obj) -> Obj:
 def _record_call(record: Obj) -> Obj:
     """The trajectory call of a ``ModelCallRecord`` this join built (its types are already checked).
 
-    Only the two constraints the record does not carry are checked: latencies are >= 0.
+    Only the constraint the record does not carry is checked: latencies are >= 0.
     """
     latency = record["latency_total_ms"]
     ttft = record["latency_ttft_ms"]
-    if latency is not None and not latency >= 0:
-        raise schema.ValidationError(f"duration_ms must be >= 0: {latency!r}")
-    if ttft is not None and not ttft >= 0:
-        raise schema.ValidationError(f"latency_ttft_ms must be >= 0: {ttft!r}")
+    if latency is not None:
+        latency = _NON_NEGATIVE.validate_python(latency)
+    if ttft is not None:
+        _NON_NEGATIVE.validate_python(ttft)
     request = record.get("request")
     if request is None:
         request = record.get("request_raw")
@@ -90,28 +124,8 @@ def _record_call(record: Obj) -> Obj:
         "duration_ms": latency,
         "request": request,
         "response": response,
-        "response_metadata": {
-            "response_id": record["response_id"],
-            "model_ref": record["model_ref"],
-            "model": record["model"],
-            "dialect": record["dialect"],
-            "status_code": record["status_code"],
-            "response_status": record["response_status"],
-            "finish_reason": record["finish_reason"],
-            "upstream_attempted": record["upstream_attempted"],
-            "response_source": record["response_source"],
-            "upstream_status_code": record["upstream_status_code"],
-            "local_response_reason": record["local_response_reason"],
-            "error_category": record["error_category"],
-            "latency_ttft_ms": ttft,
-        },
-        "token_stats": {
-            "prompt_tokens": record["tokens_in"],
-            "completion_tokens": record["tokens_out"],
-            "reasoning_tokens": record["tokens_reasoning"],
-            "total_tokens": record["tokens_total"],
-            "cached_tokens": record["cached_tokens"],
-        },
+        "response_metadata": {key: record[key] for key in _METADATA_KEYS},
+        "token_stats": {target: record[source] for source, target in _TOKEN_MAP},
     }
 
 
@@ -146,9 +160,7 @@ def _merge_tools(tool_calls: list[Obj], bundle: Obj) -> list[Obj]:
                 merged[name] = value
             if key in outputs:
                 merged["output"] = outputs[key]
-            started, completed = merged["started_at"], merged["completed_at"]
-            if started is not None and completed is not None and completed < started:
-                raise schema.ValidationError("tool call completed_at precedes started_at")
+            check_tool_timing(merged["started_at"], merged["completed_at"])
         if position is None:
             positions[key] = len(tools)
             tools.append(merged)
@@ -237,8 +249,8 @@ def derive_turns(
             ],
         }
         steps[owner] = steps.get(owner, 0) + tools
-        if not call["model_call_id"] and not (metadata["model_ref"] is not None and metadata["response_id"]):
-            raise schema.ValidationError("a derived turn's model-call reference identifies no call")
+        if not identifies_a_call(call["model_call_id"], metadata["model_ref"], metadata["response_id"]):
+            fail("turns[].model_calls[]", "a derived turn's model-call reference identifies no call")
         turns.append(turn)
     if turns and isinstance(resolved, bool):
         turns[-1]["resolved"] = resolved
@@ -262,7 +274,7 @@ def project(row: Obj, bundle: Obj | None = None, *, owned_calls: bool = False) -
     raw = row.get("ng_trajectory")
     if isinstance(raw, dict):
         try:
-            producer = tschema.trajectory(raw)
+            producer = _producer_dump(raw)
         except Exception as exc:  # noqa: BLE001 - reported as a gap, as 0.7.0 does
             gaps.append(_gap("producer_trajectory_invalid", type(exc).__name__))
         else:
@@ -281,7 +293,11 @@ def project(row: Obj, bundle: Obj | None = None, *, owned_calls: bool = False) -
     observations = row.get("ng_agent_observations")
     if observations is not None:
         try:
-            validated = bundle if bundle is not None else schema.bundle(observations)
+            validated = (
+                bundle
+                if bundle is not None
+                else AgentObservationBundle.model_validate(observations).model_dump()
+            )
         except Exception as exc:  # noqa: BLE001
             gaps.append(_gap("agent_observations_invalid", type(exc).__name__))
         else:
@@ -322,16 +338,16 @@ def project(row: Obj, bundle: Obj | None = None, *, owned_calls: bool = False) -
                 for key in _TOP_LEVEL:
                     if new[key] is not None:
                         target[key] = new[key]
-                model_calls[position] = tschema.model_call(target)
+                model_calls[position] = TrajectoryModelCall.model_validate(target).model_dump()
             else:
-                model_calls.append(tschema.model_call(new))
+                model_calls.append(TrajectoryModelCall.model_validate(new).model_dump())
         capture_gaps = capture.get("gaps")
         for item in capture_gaps if isinstance(capture_gaps, list) else ():
             if not isinstance(item, dict):
                 continue
             try:
-                gaps.append(schema.gap(item))
-            except schema.ValidationError:
+                gaps.append(ObservationGap.model_validate(item).model_dump())
+            except ValidationError:
                 gaps.append(_gap("model_call_capture_gap_invalid"))
 
     if not isinstance(raw, dict):
@@ -353,5 +369,11 @@ def project(row: Obj, bundle: Obj | None = None, *, owned_calls: bool = False) -
         "tool_calls": tool_calls,
         "gaps": dedupe_gaps(gaps),
     }
-    tschema.check_trajectory(trajectory)
+    check_trajectory_identity(
+        task_id,
+        rollout_id,
+        (invocation["invocation_id"] for invocation in invocations),
+        (call["model_call_id"] for call in model_calls),
+        ((t["invocation_id"], t["task_id"], t["rollout_id"], t["turn_no"]) for t in turns),
+    )
     return trajectory

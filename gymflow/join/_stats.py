@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from gymflow.join.capture import FileRead
-from gymflow.join.row import FAILED, RowOutcome
+from gymflow.join._capture_store import FileRead
+from gymflow.join._row import FAILED, RowOutcome
 from gymflow.perf_summary import PerfAccumulator
 
 __all__ = ["MAX_ERRORS", "JoinStats", "summary_paragraph"]

@@ -2,7 +2,7 @@
 
 The attachment lists every captured call of the rollout in file order with its metrics and read
 gaps. When the row carries agent observations, they are validated and their model-call references
-are joined against the calls (:mod:`gymflow.join.refjoin`); any failure there leaves the
+are joined against the calls (:mod:`gymflow.join._reference_join`); any failure there leaves the
 observations untouched and records ``agent_observation_join_failed``.
 """
 
@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Final
 
-from gymflow.join import schema
-from gymflow.join.capture import CaptureRead, CaptureSource
-from gymflow.join.identity import capture_key
-from gymflow.join.refjoin import join_references
+from gymflow.evidence import AgentObservationBundle
+from gymflow.join._capture_store import CaptureRead, CaptureSource
+from gymflow.join._identity import capture_key
+from gymflow.join._reference_join import join_references
 
 __all__ = [
     "NO_RESULT_FAILURES",
@@ -133,7 +133,7 @@ def merge_capture(row: Obj, source: CaptureSource) -> bool:
     """Attach ``ng_model_call_capture`` to ``row`` (a copy the caller owns) and join its observations.
 
     Returns False when the row has no capture key (nothing changes). Raises
-    :class:`~gymflow.join.identity.RowKeyError` for a malformed key.
+    :class:`~gymflow.join._identity.RowKeyError` for a malformed key.
     """
     key = capture_key(row)
     if key is None:
@@ -146,7 +146,7 @@ def merge_capture(row: Obj, source: CaptureSource) -> bool:
     joined: Obj | None = None
     if observations is not None:
         try:
-            joined = schema.bundle(observations)
+            joined = AgentObservationBundle.model_validate(observations).model_dump()
             if joined["source"] == "claude_code":
                 compaction_hook(joined, calls)
             join_references(joined, calls)

@@ -10,12 +10,12 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from gymflow.errors import InputError
-from gymflow.join.capture import CaptureSource
-from gymflow.join.identity import RowKeyError, projection_identity
-from gymflow.join.merge import is_no_result_row, merge_capture
-from gymflow.join.perf import compute_perf
-from gymflow.join.projection import project
-from gymflow.join.records import PAYLOAD_KEYS
+from gymflow.join._call_records import PAYLOAD_KEYS
+from gymflow.join._capture_merge import is_no_result_row, merge_capture
+from gymflow.join._capture_store import CaptureSource
+from gymflow.join._identity import RowKeyError, projection_identity
+from gymflow.join._perf import compute_perf
+from gymflow.join._projection import project
 
 __all__ = ["EVIDENCE_KEYS", "RowError", "RowOutcome", "join_row", "join_row_outcome"]
 

@@ -1,9 +1,9 @@
-"""Joining a rollouts file: settings, byte ranges, atomic output, cache key and provenance.
+"""Joining a rollouts file: its lines, byte ranges, part files, cache key and provenance.
 
-The direct path (:func:`run_join`) streams the rollouts file once, joins each row as it is read
-and writes the output through a temporary file renamed into place, so memory stays flat with the
-number of rows. The Prefect flow uses the same pieces: :func:`join_range` for one byte range
-(written to a part file), :func:`concatenate_parts`, :func:`finish`.
+Both ways of running a join are built from these pieces: the direct path
+(:mod:`gymflow.join._direct`) streams lines through :func:`join_lines` and writes the output
+through a temporary file renamed into place; the Prefect flow joins each byte range into a part
+file (:func:`join_range`), then :func:`concatenate_parts` and :func:`finish`.
 """
 
 from __future__ import annotations
@@ -12,22 +12,19 @@ import logging
 import os
 import uuid
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
 from typing import Any, Final
 
 import orjson
 
 from gymflow import provenance, storage
-from gymflow.errors import GymflowError, InputError, UsageError
-from gymflow.join.capture import JSONL_SUFFIX, MARKER_SUFFIX, CaptureStore
-from gymflow.join.row import join_row_outcome
-from gymflow.join.stats import JoinStats
-from gymflow.jsonline import LONG_DIGITS, LineError, dumps_exact, loads_exact
+from gymflow.errors import GymflowError, InputError
+from gymflow.join._capture_store import JSONL_SUFFIX, MARKER_SUFFIX, CaptureStore
+from gymflow.join._row import join_row_outcome
+from gymflow.join._settings import COMMAND, JoinSettings
+from gymflow.join._stats import JoinStats
+from gymflow.jsonline import LineError, dumps_exact, has_long_digits, loads_exact
 
 __all__ = [
-    "COMMAND",
-    "JoinResult",
-    "JoinSettings",
     "cache_key",
     "concatenate_parts",
     "finish",
@@ -37,73 +34,9 @@ __all__ = [
     "part_urls",
     "plan_ranges",
     "remove_parts",
-    "resolve_settings",
 ]
 
 logger = logging.getLogger(__name__)
-
-COMMAND: Final = "eval join"
-DEFAULT_ROLLOUTS: Final = "rollouts.jsonl"
-DEFAULT_CAPTURE_DIR: Final = "model-calls"
-
-
-@dataclass(frozen=True)
-class JoinSettings:
-    """Where to read and write, and the two switches that change output bytes."""
-
-    rollouts: str
-    output: str
-    capture_dir: str | None
-    perf: bool = True
-
-    def parameters(self) -> dict[str, Any]:
-        """Output-affecting parameters (the cache key's); paths are not part of the key."""
-        return {"capture": self.capture_dir is not None, "perf": self.perf}
-
-    def record_parameters(self) -> dict[str, Any]:
-        return {
-            **self.parameters(),
-            "rollouts": storage.to_uri(self.rollouts),
-            "capture_dir": None if self.capture_dir is None else storage.to_uri(self.capture_dir),
-            "output": storage.to_uri(self.output),
-        }
-
-
-@dataclass
-class JoinResult:
-    """What a join did; ``up_to_date`` means nothing was recomputed."""
-
-    settings: JoinSettings
-    summary: dict[str, Any]
-    record_url: str
-    warnings: list[str] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
-    up_to_date: bool = False
-
-
-def default_output(rollouts: str) -> str:
-    """``<stem>_joined.jsonl`` beside the rollouts file."""
-    base = storage.name(rollouts)
-    stem = base[: -len(".jsonl")] if base.endswith(".jsonl") else base
-    return rollouts[: len(rollouts.rstrip("/")) - len(base)] + f"{stem}_joined.jsonl"
-
-
-def resolve_settings(
-    run_dir: str,
-    rollouts: str | None = None,
-    capture_dir: str | None = None,
-    output: str | None = None,
-    *,
-    no_capture: bool = False,
-    perf: bool = True,
-) -> JoinSettings:
-    """Defaults of ``gymflow eval join``: relative paths resolve under ``run_dir``."""
-    rollouts_url = storage.resolve_under(run_dir, rollouts or DEFAULT_ROLLOUTS)
-    output_url = storage.resolve_under(run_dir, output) if output else default_output(rollouts_url)
-    if storage.to_uri(output_url) == storage.to_uri(rollouts_url):
-        raise UsageError(f"--output {output_url} is the input file; the join never edits its input in place")
-    capture = None if no_capture else storage.resolve_under(run_dir, capture_dir or DEFAULT_CAPTURE_DIR)
-    return JoinSettings(rollouts=rollouts_url, output=output_url, capture_dir=capture, perf=perf)
 
 
 def _parse_row(line: bytes, where: str) -> tuple[dict[str, Any], bool]:
@@ -174,7 +107,7 @@ def join_lines(
                 continue
             row, exact = _parse_row(text, numbers.where())
         else:
-            if type(row) is not dict or LONG_DIGITS.search(line) is not None:
+            if type(row) is not dict or has_long_digits(line):
                 row, exact = _parse_row(line.strip(_JSON_SPACE), numbers.where())
         outcome = join_row_outcome(row, store, perf=perf)
         if outcome.error is not None:
