@@ -1,26 +1,46 @@
 """gymflow's configuration as frozen, validated values.
 
-Hydra composes the YAML under ``config/`` (in the CLI layer); the result is validated here once
-and passed down as values. The core never reads Hydra objects.
+Hydra composes the YAML under ``config/`` (in the CLI layer: one file per command, plus the groups
+``storage/``, ``runner/``, ``result_store/`` and ``server/``); the result is validated here once and
+passed down as values. The core never reads Hydra objects. Defaults live in the YAML files: the
+command models below have none of their own (the shared ones keep theirs for code that builds
+them directly).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from gymflow.frozen import freeze
 
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+def _comma_list(value: Any) -> Any:
+    """``"a, b"`` -> ``["a", "b"]``: list-valued keys also take 0.7.0's comma strings."""
+    return [item.strip() for item in value.split(",")] if isinstance(value, str) else value
+
+
+# -- the groups every command composes ---------------------------------------------------------
+
+
 class StorageConfig(_Frozen):
-    options: dict[str, dict[str, Any]] = Field(
+    options: Mapping[str, Mapping[str, Any]] = Field(
         default_factory=dict,
         description="fsspec options per protocol, e.g. {'s3': {'endpoint_url': ...}}. Empty: the "
-        "usual AWS_* environment variables apply.",
+        "usual AWS_* environment variables apply. Frozen: a FrozenDict of FrozenDicts.",
     )
+
+    @field_validator("options", mode="after")
+    @classmethod
+    def _freeze(cls, value: Mapping[str, Mapping[str, Any]]) -> Mapping[str, Mapping[str, Any]]:
+        frozen: Mapping[str, Mapping[str, Any]] = freeze(value)
+        return frozen
 
 
 class RunnerConfig(_Frozen):
@@ -33,11 +53,20 @@ class RunnerConfig(_Frozen):
 
 
 class PrefectConfig(_Frozen):
+    """The ``prefect`` block, filled by the ``server`` and ``result_store`` groups."""
+
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
         default="WARNING", description="Prefect's console log level when -v is not given."
     )
     startup_timeout_seconds: int = Field(
         default=90, ge=1, description="How long to wait for the local Prefect server to start."
+    )
+    port: int | None = Field(
+        default=None,
+        ge=1,
+        le=65535,
+        description="Port of the local Prefect server; null: $PREFECT_SERVER_API_PORT or 4200 "
+        "(the environment variable wins when both are set).",
     )
     result_store: str | None = Field(
         default=None,
@@ -46,14 +75,136 @@ class PrefectConfig(_Frozen):
     )
 
 
-class HealthConfig(_Frozen):
-    workers: int | None = Field(default=None, ge=1, description="Worker limit; null: min(CPUs, 8).")
-
-
 class GymflowConfig(_Frozen):
-    """Everything a command may be configured with."""
+    """The settings every command shares."""
 
     storage: StorageConfig = Field(default_factory=StorageConfig)
     runner: RunnerConfig = Field(default_factory=RunnerConfig)
     prefect: PrefectConfig = Field(default_factory=PrefectConfig)
-    health: HealthConfig = Field(default_factory=HealthConfig)
+
+
+SHARED_KEYS = tuple(GymflowConfig.model_fields)
+"""Top-level keys of every composed config that hold :class:`GymflowConfig`."""
+
+
+# -- the commands (one model per file under config/; each key is also a flag) -----------------
+
+
+class _Command(_Frozen):
+    verbose: bool
+    direct: bool
+
+
+class HealthCheckConfig(_Command):
+    """``config/health_check.yaml``. ``workers`` and ``ignore_checks`` are checked by the command
+    itself, after the run directory (health spec §7.4 orders the messages)."""
+
+    rollouts_file: str
+    workers: int | None
+    ignore_checks: tuple[str, ...] | None
+    json_: bool = Field(alias="json")
+    no_cache: bool
+
+    @field_validator("ignore_checks", mode="before")
+    @classmethod
+    def _split(cls, value: Any) -> Any:
+        return _comma_list(value)
+
+
+class JoinConfig(_Command):
+    """``config/join.yaml``."""
+
+    rollouts_file: str | None
+    capture_dir: str | None
+    no_capture: bool
+    output: str | None
+    no_perf: bool
+    summary: str | None
+    json_: bool = Field(alias="json")
+    workers: int | None
+    no_cache: bool
+
+
+class PassMajorityConfig(_Frozen):
+    score_field: str = Field(default="reward", description="row field scored as `accuracy`")
+    answer_key: str | None = Field(default=None, description="row field holding the extracted answer")
+
+
+class AggregateConfig(_Command):
+    """``config/aggregate.yaml`` (aggregate spec §1.1 for the 0.7.0 key names)."""
+
+    input_glob: str | None
+    output_jsonl_fpath: str | None
+    config_paths: tuple[str, ...]
+    merge_shards: bool
+    count_failure_classes_as_zero: tuple[str, ...]
+    count_missing_rollouts_as_zero: bool
+    pass_majority: PassMajorityConfig | None
+    server_metrics: bool
+    disable_health_check: bool
+    health_check_workers: int | None = Field(ge=1)
+    health_check_ignored_checks: tuple[str, ...]
+    workers: int | None
+    no_cache: bool
+
+    @field_validator("health_check_ignored_checks", mode="before")
+    @classmethod
+    def _known_checks(cls, value: Any) -> tuple[str, ...]:
+        from gymflow.errors import UnknownCheckError
+        from gymflow.health import normalize_ignored
+
+        try:
+            return tuple(normalize_ignored(value))
+        except UnknownCheckError as exc:
+            raise ValueError(str(exc)) from None
+
+
+class PostSection(_Frozen):
+    """The ``post`` block of ``eval post``'s config."""
+
+    shards: str = Field(description="shard glob, relative to the run")
+    rollouts: str = Field(description="the run's (merged) rollouts file")
+    capture_dir: str = Field(description="CaptureStore directory for the join")
+    health_check_workers: int | None = Field(ge=1)
+    health_check_ignore: tuple[str, ...]
+
+    @field_validator("health_check_ignore", mode="before")
+    @classmethod
+    def _split(cls, value: Any) -> Any:
+        return _comma_list(value)
+
+
+class ReverifySection(BaseModel):
+    """The ``reverify`` block of ``eval post``'s config: the step runs only with ``enabled: true``;
+    other keys are reverify's own (validated by :func:`gymflow.reverify.options_from_config`)."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+    enabled: bool
+    inputs: str = Field(description="materialized inputs, relative to the run")
+    output: str = Field(description="re-verified rollouts, relative to the run")
+
+
+class PostConfig(_Command):
+    """``config/post.yaml``."""
+
+    config_paths: tuple[str, ...]
+    no_cache: bool
+    post: PostSection
+    reverify: ReverifySection
+
+
+class ServeConfig(_Frozen):
+    """``config/serve.yaml``."""
+
+    config_paths: tuple[str, ...]
+    sweep: str | None
+    sweep_interval: float = Field(gt=0)
+    evaluation_flow: str | None
+    run_parameter: str
+    verbose: bool
+
+
+class UiConfig(_Frozen):
+    """``config/ui.yaml``."""
+
+    stop: bool

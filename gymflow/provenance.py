@@ -11,8 +11,10 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import logging
+import os
 import platform
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal, NamedTuple
@@ -27,6 +29,9 @@ logger = logging.getLogger(__name__)
 SCHEMA = "gymflow.provenance/1"
 REDACTED = "<redacted>"
 RECORD_SUFFIX = ".provenance.json"
+CONFIG_ENV = "GYMFLOW_RECORD_CONFIG"
+"""The resolved command config that records written in this process and its workers hold
+(redacted JSON; set by :func:`recording_config`, inherited by the worker processes a run starts)."""
 TRACKED_PACKAGES = ("prefect", "pydantic", "fsspec", "s3fs", "orjson", "httpx")
 
 FileStatus = Literal["ok", "changed", "missing"]
@@ -78,6 +83,20 @@ def _redact_value(key: str | None, value: Any) -> Any:
     if isinstance(value, str) and "://" in value:
         return storage.to_uri(value) if not storage.is_local(value) else value
     return value
+
+
+@contextmanager
+def recording_config(config: Mapping[str, Any]) -> Iterator[None]:
+    """Records built inside the block carry ``config`` (redacted) as their ``config`` entry."""
+    previous = os.environ.get(CONFIG_ENV)
+    os.environ[CONFIG_ENV] = canonical_json(redact(config)).decode()
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(CONFIG_ENV, None)
+        else:
+            os.environ[CONFIG_ENV] = previous
 
 
 def _json_default(value: Any) -> Any:
@@ -158,10 +177,12 @@ def build_record(
     finished_at: datetime | str,
     verifier: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The record as a dict, keys in the order of the spec's example, secrets redacted."""
+    """The record as a dict, keys in the order of the spec's example, secrets redacted; inside
+    :func:`recording_config`, the command's resolved config follows ``parameters``."""
     kind = orchestrator.get("kind")
     if kind not in ("prefect", "direct"):
         raise UsageError(f"orchestrator kind must be 'prefect' or 'direct', not {kind!r}")
+    config = os.environ.get(CONFIG_ENV)
     return {
         "schema": SCHEMA,
         "command": command,
@@ -169,6 +190,7 @@ def build_record(
         "inputs": [d.to_json() for d in inputs],
         "outputs": [d.to_json() for d in outputs],
         "parameters": orjson.loads(canonical_json(redact(parameters))),
+        **({"config": orjson.loads(config)} if config else {}),
         "code": code_versions(),
         "verifier": None if verifier is None else redact(verifier),
         "orchestrator": redact(orchestrator),

@@ -9,57 +9,37 @@ from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-
 from gymflow import storage
-from gymflow.cli.config import load_config
-from gymflow.cli.gym_config import load_gym_config, split_overrides
+from gymflow.cli.config import (
+    Composed,
+    compose,
+    configure_storage,
+    flags_given,
+    prepare_prefect,
+    recording,
+)
+from gymflow.cli.gym_config import split_overrides
 from gymflow.cli.logs import configure_logging
 from gymflow.cli.progress import ProgressBar, progress_bar
-from gymflow.config import GymflowConfig
+from gymflow.config import AggregateConfig, GymflowConfig
 from gymflow.errors import GymflowError, UsageError
+from gymflow.frozen import FrozenDict, freeze
 
-_CONFIG_KEYS = (
-    "merge_shards",
-    "count_failure_classes_as_zero",
-    "count_missing_rollouts_as_zero",
-    "pass_majority",
-    "server_metrics",
-    "disable_health_check",
-    "health_check_workers",
-    "health_check_ignored_checks",
-)
-
-
-class PassMajorityConfig(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-    score_field: str = Field(default="reward", description="row field scored as `accuracy`")
-    answer_key: str | None = Field(default=None, description="row field holding the extracted answer")
-
-
-class AggregateConfig(BaseModel):
-    """The aggregate keys of the (Gym) config, after flags and ``key=value`` overrides."""
-
-    model_config = ConfigDict(frozen=True, extra="ignore")
-    merge_shards: bool = True
-    count_failure_classes_as_zero: list[str] = Field(default_factory=list)
-    count_missing_rollouts_as_zero: bool = False
-    pass_majority: PassMajorityConfig | None = None
-    server_metrics: bool = False
-    disable_health_check: bool = False
-    health_check_workers: int | None = Field(default=None, ge=1)
-    health_check_ignored_checks: tuple[str, ...] = ()
-
-    @field_validator("health_check_ignored_checks", mode="before")
-    @classmethod
-    def _known_checks(cls, value: Any) -> tuple[str, ...]:
-        from gymflow.errors import UnknownCheckError
-        from gymflow.health import normalize_ignored
-
-        try:
-            return tuple(normalize_ignored(value))
-        except UnknownCheckError as exc:
-            raise ValueError(str(exc)) from None
+# flag destination -> key of config/aggregate.yaml (aggregate spec §1.1)
+_FLAGS = {
+    "input_glob": "input_glob",
+    "output": "output_jsonl_fpath",
+    "config": "config_paths",
+    "no_health_check": "disable_health_check",
+    "health_check_workers": "health_check_workers",
+    "health_check_ignore": "health_check_ignored_checks",
+    "server_metrics": "server_metrics",
+    "workers": "workers",
+    "direct": "direct",
+    "no_cache": "no_cache",
+    "verbose": "verbose",
+}
+_REQUIRED = ("input_glob", "output_jsonl_fpath")
 
 
 def register(eval_commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -68,21 +48,27 @@ def register(eval_commands: argparse._SubParsersAction) -> None:  # type: ignore
         help="merge rollout shards and compute aggregate metrics",
         description="Merge rollout shards (local paths or fsspec URLs such as s3://) into one file "
         "sorted by (task, rollout), compute NeMo Gym's aggregate metrics locally and health-check "
-        "the result. Config keys may also be given as key=value overrides.",
+        "the result. Every key of config/aggregate.yaml (NeMo Gym's names: input_glob, "
+        "output_jsonl_fpath, ...) may also be given as an override (key=value, +key=value, ++key=value).",
     )
     parser.add_argument(
-        "--input-glob", "-i", required=True, metavar="G", help="glob or comma-separated globs"
+        "--input-glob", "-i", metavar="G", help="glob or comma-separated globs (required; +input_glob=G)"
     )
-    parser.add_argument("--output", "-o", required=True, metavar="PATH", help="merged rollouts JSONL")
     parser.add_argument(
-        "--config", action="append", default=[], metavar="PATH", help="Gym config YAML (repeatable; optional)"
+        "--output", "-o", metavar="PATH", help="merged rollouts JSONL (required; +output_jsonl_fpath=PATH)"
     )
-    parser.add_argument("--no-health-check", action="store_true", help="skip the rollout health checks")
+    parser.add_argument(
+        "--config", action="append", metavar="PATH", help="Gym config YAML (repeatable; optional)"
+    )
+    parser.add_argument(
+        "--no-health-check", action="store_true", default=None, help="skip the rollout health checks"
+    )
     parser.add_argument("--health-check-workers", metavar="N", help="health-check worker limit (>= 1)")
     parser.add_argument("--health-check-ignore", metavar="IDS", help="comma-separated check ids to skip")
     parser.add_argument(
         "--server-metrics",
         action="store_true",
+        default=None,
         help="ask each group's resources server (from --config) for its metrics",
     )
     parser.add_argument(
@@ -91,11 +77,13 @@ def register(eval_commands: argparse._SubParsersAction) -> None:  # type: ignore
         metavar="N",
         help="processes reading local shards with --direct (default 1)",
     )
-    parser.add_argument("--direct", action="store_true", help="run in-process, without Prefect")
+    parser.add_argument("--direct", action="store_true", default=None, help="run in-process, without Prefect")
     parser.add_argument(
-        "--no-cache", action="store_true", help="recompute even if the outputs are up to date"
+        "--no-cache", action="store_true", default=None, help="recompute even if the outputs are up to date"
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="show Prefect's and gymflow's logs")
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", default=None, help="show Prefect's and gymflow's logs"
+    )
     parser.set_defaults(handler=partial(run, parser))
 
 
@@ -128,56 +116,51 @@ def agent_environments(config: Mapping[str, Any]) -> dict[str, str]:
     return {agent: blocks[0] for agent, blocks in fronts.items()}
 
 
-def _configuration_error(exc: ValidationError) -> str:
-    problems = "; ".join(
-        f"{'.'.join(str(part) for part in error['loc'])} ({error['msg']})" for error in exc.errors()
+def compose_aggregate(args: argparse.Namespace, extras: Sequence[str]) -> tuple[Composed, AggregateConfig]:
+    """Flags + config files + overrides, composed and validated (the 0.7.0 messages)."""
+    composed = compose(
+        "aggregate", flags=flags_given(args, _FLAGS), overrides=split_overrides(extras), gym_files=True
     )
-    return f"invalid configuration: {problems}."
+    config = composed.validate(AggregateConfig)
+    missing = [key for key in _REQUIRED if getattr(config, key) is None]
+    if missing:
+        raise UsageError(
+            f"missing required configuration: {', '.join(missing)}. Provide each via its flag (see "
+            f"--help) or as a +{missing[0]}=<value> override."
+        )
+    if config.workers is not None and config.workers < 1:
+        raise UsageError("argument --workers: must be at least 1")
+    return composed, config
 
 
-def build_options(args: argparse.Namespace, extras: Sequence[str]) -> tuple[Any, AggregateConfig]:
-    """Flags + config files + overrides -> (AggregateOptions, validated AggregateConfig)."""
+def build_options(composed: Composed, config: AggregateConfig) -> Any:
+    """The validated config -> :class:`~gymflow.aggregate.AggregateOptions` (frozen mappings)."""
     from gymflow.aggregate import AggregateOptions, ReduceSettings, ScoreSpec
 
-    merged = load_gym_config(args.config, split_overrides(extras), command_keys=_CONFIG_KEYS)
-    values = {key: merged[key] for key in _CONFIG_KEYS if key in merged}
-    if args.no_health_check:
-        values["disable_health_check"] = True
-    if args.health_check_workers is not None:
-        values["health_check_workers"] = args.health_check_workers
-    if args.health_check_ignore is not None:
-        values["health_check_ignored_checks"] = args.health_check_ignore
-    if args.server_metrics:
-        values["server_metrics"] = True
-    try:
-        config = AggregateConfig.model_validate(values)
-    except ValidationError as exc:
-        raise UsageError(_configuration_error(exc)) from None
-    if args.workers is not None and args.workers < 1:
-        raise UsageError("argument --workers: must be at least 1")
+    gym: FrozenDict[str, Any] = composed.gym_config()
     pass_majority = config.pass_majority
-    options = AggregateOptions(
-        input_glob=args.input_glob,
-        output=args.output,
+    assert config.input_glob is not None and config.output_jsonl_fpath is not None
+    return AggregateOptions(
+        input_glob=config.input_glob,
+        output=config.output_jsonl_fpath,
         merge_shards=config.merge_shards,
         settings=ReduceSettings(
-            count_failure_classes_as_zero=tuple(config.count_failure_classes_as_zero),
+            count_failure_classes_as_zero=config.count_failure_classes_as_zero,
             count_missing_rollouts_as_zero=config.count_missing_rollouts_as_zero,
             pass_majority=None
             if pass_majority is None
             else ScoreSpec(pass_majority.score_field, pass_majority.answer_key),
         ),
-        agent_environments=agent_environments(merged),
-        config_files=tuple(args.config),
+        agent_environments=freeze(agent_environments(gym)),
+        config_files=config.config_paths,
         health_check=not config.disable_health_check,
         health_check_workers=config.health_check_workers,
         health_check_ignored=config.health_check_ignored_checks,
-        use_cache=not args.no_cache,
-        workers=args.workers,
+        use_cache=not config.no_cache,
+        workers=config.workers,
         server_metrics=config.server_metrics,
-        server_config=merged if config.server_metrics else {},
+        server_config=gym if config.server_metrics else FrozenDict(),
     )
-    return options, config
 
 
 def _echo(line: str) -> None:
@@ -186,24 +169,26 @@ def _echo(line: str) -> None:
 
 def run(parser: argparse.ArgumentParser, args: argparse.Namespace, extras: Sequence[str]) -> int:
     try:
-        settings = load_config()
-        storage.configure(settings.storage.options)
-        options, _ = build_options(args, extras)
+        composed, config = compose_aggregate(args, extras)
+        settings = composed.settings
+        configure_storage(settings)
+        options = build_options(composed, config)
     except UsageError as exc:
         parser.error(str(exc))
     except GymflowError as exc:  # storage unreachable, credentials refused, unreadable config
         print(f"Error: {exc}", file=sys.stderr)
         return 1
-    configure_logging(args.verbose)
+    configure_logging(config.verbose)
     try:
         bar = _progress(options)
         try:
-            if args.direct:
-                from gymflow.pipeline import DirectSteps, aggregate_then_health
+            with recording(composed):
+                if config.direct:
+                    from gymflow.pipeline import DirectSteps, aggregate_then_health
 
-                aggregate_then_health(options, DirectSteps(bar), _echo)
-            else:
-                _run_flow(settings, options, args.verbose, bar)
+                    aggregate_then_health(options, DirectSteps(bar), _echo)
+                else:
+                    _run_flow(settings, options, config.verbose, bar)
         finally:
             if bar is not None:
                 bar.close()
@@ -225,9 +210,7 @@ def _progress(options: Any) -> ProgressBar | None:
 
 
 def _run_flow(settings: GymflowConfig, options: Any, verbose: bool, bar: ProgressBar | None) -> None:
-    from gymflow.flows import _environment
-
-    _environment.prepare(settings.prefect, verbose)
+    prepare_prefect(settings, verbose)
     from prefect.task_runners import ThreadPoolTaskRunner
 
     from gymflow.flows._runtime import run_flow

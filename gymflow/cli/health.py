@@ -10,12 +10,26 @@ from collections.abc import Sequence
 from functools import partial
 
 from gymflow import storage
-from gymflow.cli.config import load_config
+from gymflow.cli.config import compose, configure_storage, flags_given, prepare_prefect, recording
 from gymflow.cli.logs import configure_logging
 from gymflow.cli.progress import progress_bar
-from gymflow.config import GymflowConfig
+from gymflow.config import GymflowConfig, HealthCheckConfig
 from gymflow.errors import GymflowError, UsageError
 from gymflow.health import HealthOutcome, default_workers, normalize_ignored
+
+NO_OVERRIDES = "health-check does not accept Hydra overrides"
+"""0.7.0's message for an extra positional or an override of a key health-check does not have."""
+
+# flag destination -> key of config/health_check.yaml
+_FLAGS = {
+    "rollouts_file": "rollouts_file",
+    "workers": "workers",
+    "ignore_checks": "ignore_checks",
+    "json": "json",
+    "verbose": "verbose",
+    "direct": "direct",
+    "no_cache": "no_cache",
+}
 
 
 def _check_list(value: str) -> list[str]:
@@ -35,7 +49,6 @@ def register(eval_commands: argparse._SubParsersAction) -> None:  # type: ignore
     parser.add_argument("run_dir", metavar="RUN_DIR", help="the run directory; reports are written here")
     parser.add_argument(
         "--rollouts-file",
-        default="rollouts.jsonl",
         metavar="PATH",
         help="rollouts JSONL; relative paths resolve under RUN_DIR (default: rollouts.jsonl)",
     )
@@ -51,49 +64,66 @@ def register(eval_commands: argparse._SubParsersAction) -> None:  # type: ignore
         metavar="CHECK[,CHECK...]",
         help="check ids to skip",
     )
-    parser.add_argument("--json", action="store_true", help="print the summary as one JSON line")
-    parser.add_argument("-v", "--verbose", action="store_true", help="show Prefect's and gymflow's logs")
-    parser.add_argument("--direct", action="store_true", help="run in-process, without Prefect")
     parser.add_argument(
-        "--no-cache", action="store_true", help="recompute even if the reports are up to date"
+        "--json", action="store_true", default=None, help="print the summary as one JSON line"
+    )
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", default=None, help="show Prefect's and gymflow's logs"
+    )
+    parser.add_argument("--direct", action="store_true", default=None, help="run in-process, without Prefect")
+    parser.add_argument(
+        "--no-cache",
+        action="store_true",
+        default=None,
+        help="recompute even if the reports are up to date",
     )
     parser.set_defaults(handler=partial(run, parser))
 
 
-def _reject_extras(parser: argparse.ArgumentParser, extras: Sequence[str]) -> None:
+def _overrides(parser: argparse.ArgumentParser, extras: Sequence[str]) -> list[str]:
     flags = [item for item in extras if item.startswith("-")]
     if flags:
         parser.error(f"unrecognized arguments: {' '.join(flags)}")
-    if extras:
-        parser.error("health-check does not accept Hydra overrides")
+    if any("=" not in item and not item.startswith("~") for item in extras):
+        parser.error(NO_OVERRIDES)
+    return list(extras)
 
 
 def run(parser: argparse.ArgumentParser, args: argparse.Namespace, extras: Sequence[str]) -> int:
-    _reject_extras(parser, extras)
+    overrides = _overrides(parser, extras)
     try:
-        config = load_config()
-        storage.configure(config.storage.options)
+        composed = compose(
+            "health_check",
+            flags=flags_given(args, _FLAGS),
+            overrides=overrides,
+            unknown_key_message=NO_OVERRIDES,
+        )
+        cfg = composed.validate(HealthCheckConfig)
+        config = composed.settings
+        configure_storage(config)
         if not storage.isdir(args.run_dir):
             parser.error(f"Run directory not found: {args.run_dir}")
-        path = storage.resolve_under(args.run_dir, args.rollouts_file)
+        path = storage.resolve_under(args.run_dir, cfg.rollouts_file)
         if not storage.isfile(path):
             parser.error(f"Rollout JSONL not found: {path}")
-        ignored = normalize_ignored(args.ignore_checks)
-        if args.workers is not None and args.workers < 1:
+        ignored = normalize_ignored(cfg.ignore_checks)
+        if cfg.workers is not None and cfg.workers < 1:
             parser.error("workers must be at least 1")
     except UsageError as exc:
         parser.error(str(exc))
     except GymflowError as exc:  # storage unreachable, credentials refused, unreadable config
         print(f"{parser.prog}: error: {exc}", file=sys.stderr)
         return 1
-    if args.verbose:
+    if cfg.verbose:
         configure_logging(verbose=True)
-    workers = args.workers if args.workers is not None else config.health.workers
     try:
-        if args.direct:
-            outcome = _run_direct(path, args.run_dir, workers, ignored, not args.no_cache)
-        else:
-            outcome = _run_flow(config, path, args.run_dir, workers, ignored, not args.no_cache, args.verbose)
+        with recording(composed):
+            if cfg.direct:
+                outcome = _run_direct(path, args.run_dir, cfg.workers, ignored, not cfg.no_cache)
+            else:
+                outcome = _run_flow(
+                    config, path, args.run_dir, cfg.workers, ignored, not cfg.no_cache, cfg.verbose
+                )
     except GymflowError as exc:
         print(f"{parser.prog}: error: {exc}", file=sys.stderr)
         return 1
@@ -103,7 +133,7 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace, extras: Seque
             "Use --no-cache to recompute.",
             file=sys.stderr,
         )
-    if args.json:
+    if cfg.json_:
         print(json.dumps(outcome.summary, ensure_ascii=False, separators=(",", ":")))
     else:
         print(outcome.console_line)
@@ -133,9 +163,7 @@ def _run_flow(
     use_cache: bool,
     verbose: bool,
 ) -> HealthOutcome:
-    from gymflow.flows import _environment
-
-    _environment.prepare(config.prefect, verbose)
+    prepare_prefect(config, verbose)
     from gymflow.flows._runtime import offloading_runner, run_flow
     from gymflow.flows.health import health_check
 

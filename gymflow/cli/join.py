@@ -13,17 +13,35 @@ import os
 import sys
 from collections.abc import Sequence
 from functools import partial
+from typing import TYPE_CHECKING
 
 from gymflow import storage
+from gymflow.cli.config import compose, configure_storage, flags_given, prepare_prefect, recording
+from gymflow.cli.gym_config import split_overrides
 from gymflow.cli.logs import configure_logging
 from gymflow.cli.progress import progress_bar
-from gymflow.config import GymflowConfig
+from gymflow.config import GymflowConfig, JoinConfig
 from gymflow.errors import GymflowError, UsageError
-from gymflow.join.direct import run_join
-from gymflow.join.run import JoinResult, JoinSettings, resolve_settings
-from gymflow.join.stats import summary_paragraph
+
+if TYPE_CHECKING:
+    from gymflow.join import JoinResult, JoinSettings
 
 USAGE_EXIT = 2
+
+# flag destination -> key of config/join.yaml
+_FLAGS = {
+    "rollouts": "rollouts_file",
+    "capture_dir": "capture_dir",
+    "no_capture": "no_capture",
+    "output": "output",
+    "no_perf": "no_perf",
+    "summary": "summary",
+    "json": "json",
+    "workers": "workers",
+    "verbose": "verbose",
+    "direct": "direct",
+    "no_cache": "no_cache",
+}
 
 
 def register(eval_commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -53,7 +71,10 @@ def register(eval_commands: argparse._SubParsersAction) -> None:  # type: ignore
         help="CaptureStore directory; relative paths resolve under RUN_DIR (default: model-calls)",
     )
     capture.add_argument(
-        "--no-capture", action="store_true", help="do not read captured calls; project what the rows carry"
+        "--no-capture",
+        action="store_true",
+        default=None,
+        help="do not read captured calls; project what the rows carry",
     )
     parser.add_argument(
         "--output",
@@ -63,7 +84,7 @@ def register(eval_commands: argparse._SubParsersAction) -> None:  # type: ignore
         "(default: <rollouts stem>_joined.jsonl beside the rollouts file)",
     )
     parser.add_argument(
-        "--no-perf", action="store_true", help="leave ng_perf as it is (observability disabled)"
+        "--no-perf", action="store_true", default=None, help="leave ng_perf as it is (observability disabled)"
     )
     parser.add_argument(
         "--summary",
@@ -71,7 +92,9 @@ def register(eval_commands: argparse._SubParsersAction) -> None:  # type: ignore
         metavar="PATH",
         help="also write the summary JSON to PATH; relative paths resolve under RUN_DIR, like --output",
     )
-    parser.add_argument("--json", action="store_true", help="print the summary as one JSON line")
+    parser.add_argument(
+        "--json", action="store_true", default=None, help="print the summary as one JSON line"
+    )
     parser.add_argument(
         "--workers",
         type=int,
@@ -79,9 +102,13 @@ def register(eval_commands: argparse._SubParsersAction) -> None:  # type: ignore
         metavar="N",
         help="--direct: worker processes (default 1); Prefect: parallel tasks (default min(CPUs, 8))",
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="show Prefect's and gymflow's logs")
-    parser.add_argument("--direct", action="store_true", help="run in-process, without Prefect")
-    parser.add_argument("--no-cache", action="store_true", help="rejoin even if the output is up to date")
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", default=None, help="show Prefect's and gymflow's logs"
+    )
+    parser.add_argument("--direct", action="store_true", default=None, help="run in-process, without Prefect")
+    parser.add_argument(
+        "--no-cache", action="store_true", default=None, help="rejoin even if the output is up to date"
+    )
     parser.set_defaults(handler=partial(run, parser))
 
 
@@ -89,53 +116,53 @@ def _workers(requested: int | None) -> int:
     return requested if requested is not None else min(os.cpu_count() or 1, 8)
 
 
-def _reject_extras(parser: argparse.ArgumentParser, extras: Sequence[str]) -> None:
-    flags = [item for item in extras if item.startswith("-")]
-    if flags:
-        parser.error(f"unrecognized arguments: {' '.join(flags)}")
-    if extras:
-        parser.error("join does not accept Hydra overrides")
-
-
 def run(parser: argparse.ArgumentParser, args: argparse.Namespace, extras: Sequence[str]) -> int:
-    from gymflow.cli.config import load_config
+    from gymflow.join import resolve_settings, run_join, summary_paragraph
 
-    _reject_extras(parser, extras)
-    configure_logging(args.verbose)
     try:
-        config = load_config()
-        storage.configure(config.storage.options)
+        composed = compose("join", flags=flags_given(args, _FLAGS), overrides=split_overrides(extras))
+        cfg = composed.validate(JoinConfig)
+    except UsageError as exc:
+        parser.error(str(exc))
+    except GymflowError as exc:  # an unreadable $GYMFLOW_CONFIG
+        print(f"{parser.prog}: error: {exc}", file=sys.stderr)
+        return USAGE_EXIT
+    configure_logging(cfg.verbose)
+    try:
+        config = composed.settings
+        configure_storage(config)
         if not storage.isdir(args.run_dir):
             parser.error(f"Run directory not found: {args.run_dir}")
         settings = resolve_settings(
             args.run_dir,
-            args.rollouts,
-            args.capture_dir,
-            args.output,
-            no_capture=args.no_capture,
-            perf=not args.no_perf,
+            cfg.rollouts_file,
+            cfg.capture_dir,
+            cfg.output,
+            no_capture=cfg.no_capture,
+            perf=not cfg.no_perf,
         )
         if not storage.isfile(settings.rollouts):
             parser.error(f"Rollout JSONL not found: {settings.rollouts}")
-        if args.workers is not None and args.workers < 1:
+        if cfg.workers is not None and cfg.workers < 1:
             parser.error("workers must be at least 1")
     except UsageError as exc:
         parser.error(str(exc))
-    except GymflowError as exc:  # storage unreachable, credentials refused, unreadable config
+    except GymflowError as exc:  # storage unreachable, credentials refused
         print(f"{parser.prog}: error: {exc}", file=sys.stderr)
         return USAGE_EXIT
     try:
-        if args.direct:
-            bar = progress_bar(storage.size(settings.rollouts), "join")
-            try:
-                result = run_join(
-                    settings, use_cache=not args.no_cache, workers=args.workers or 1, progress=bar
-                )
-            finally:
-                if bar is not None:
-                    bar.close()
-        else:
-            result = _run_flow(config, settings, args.workers, not args.no_cache, args.verbose)
+        with recording(composed):
+            if cfg.direct:
+                bar = progress_bar(storage.size(settings.rollouts), "join")
+                try:
+                    result = run_join(
+                        settings, use_cache=not cfg.no_cache, workers=cfg.workers or 1, progress=bar
+                    )
+                finally:
+                    if bar is not None:
+                        bar.close()
+            else:
+                result = _run_flow(config, settings, cfg.workers, not cfg.no_cache, cfg.verbose)
     except GymflowError as exc:
         print(f"{parser.prog}: error: {exc}", file=sys.stderr)
         return USAGE_EXIT
@@ -150,10 +177,10 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace, extras: Seque
         print(f"Joined rollouts: {settings.output}")
         return 0
     summary = result.summary
-    if args.summary:
-        summary_url = storage.resolve_under(args.run_dir, args.summary)
+    if cfg.summary:
+        summary_url = storage.resolve_under(args.run_dir, cfg.summary)
         storage.write_atomic(summary_url, json.dumps(summary, indent=2).encode() + b"\n")
-    if args.json:
+    if cfg.json_:
         print(json.dumps(summary, ensure_ascii=False, separators=(",", ":")))
     else:
         print(summary_paragraph(summary))
@@ -167,9 +194,7 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace, extras: Seque
 def _run_flow(
     config: GymflowConfig, settings: JoinSettings, workers: int | None, use_cache: bool, verbose: bool
 ) -> JoinResult:
-    from gymflow.flows import _environment
-
-    _environment.prepare(config.prefect, verbose)
+    prepare_prefect(config, verbose)
     from gymflow.flows._runtime import run_flow, task_runner
     from gymflow.flows.join import join_flow
 

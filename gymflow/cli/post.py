@@ -14,32 +14,15 @@ from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-
 from gymflow import storage
+from gymflow.cli.config import Composed, compose, configure_storage, flags_given, prepare_prefect, recording
 from gymflow.cli.logs import configure_logging
+from gymflow.config import PostConfig, PostSection, ReverifySection
 from gymflow.errors import GymflowError, UsageError
 from gymflow.pipeline import HealthStep, PipelineSummary, PostOptions
 
-
-class PostSection(BaseModel):
-    """The ``post`` block of the config (all optional)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-    shards: str = Field(default="shards/*.jsonl", description="shard glob, relative to the run")
-    rollouts: str = Field(default="rollouts.jsonl", description="the run's (merged) rollouts file")
-    capture_dir: str = Field(default="model-calls", description="CaptureStore directory for the join")
-    health_check_workers: int | None = Field(default=None, ge=1)
-    health_check_ignore: tuple[str, ...] = ()
-
-
-class ReverifySection(BaseModel):
-    """The ``reverify`` block: the step runs only with ``enabled: true``."""
-
-    model_config = ConfigDict(frozen=True, extra="allow")
-    enabled: bool = False
-    inputs: str = Field(default="rollouts_materialized_inputs.jsonl", description="relative to the run")
-    output: str = Field(default="rollouts_reverified.jsonl", description="relative to the run")
+# flag destination -> key of config/post.yaml
+_FLAGS = {"config": "config_paths", "direct": "direct", "no_cache": "no_cache", "verbose": "verbose"}
 
 
 def register(eval_commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -52,49 +35,53 @@ def register(eval_commands: argparse._SubParsersAction) -> None:  # type: ignore
         "++key=value (e.g. ++post.shards='part-*.jsonl', ++reverify.enabled=true).",
     )
     parser.add_argument("run", metavar="RUN", help="run directory or prefix, local or any fsspec URL")
+    parser.add_argument("--config", action="append", metavar="PATH", help="Gym config YAML (repeatable)")
+    parser.add_argument("--direct", action="store_true", default=None, help="run in-process, without Prefect")
     parser.add_argument(
-        "--config", action="append", default=[], metavar="PATH", help="Gym config YAML (repeatable)"
+        "--no-cache", action="store_true", default=None, help="redo every step even if up to date"
     )
-    parser.add_argument("--direct", action="store_true", help="run in-process, without Prefect")
-    parser.add_argument("--no-cache", action="store_true", help="redo every step even if up to date")
-    parser.add_argument("-v", "--verbose", action="store_true", help="show Prefect's and gymflow's logs")
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", default=None, help="show Prefect's and gymflow's logs"
+    )
     parser.set_defaults(handler=partial(run, parser))
 
 
-def _section(model: type[BaseModel], config: Mapping[str, Any], name: str) -> Any:
-    raw = config.get(name) or {}
-    if not isinstance(raw, Mapping):
-        raise UsageError(f"invalid configuration: {name} must be a mapping")
-    try:
-        return model.model_validate(dict(raw))
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"{name}.{'.'.join(str(p) for p in error['loc'])} ({error['msg']})" for error in exc.errors()
-        )
-        raise UsageError(f"invalid configuration: {problems}.") from None
+def compose_post(flags: Mapping[str, Any], overrides: Sequence[str]) -> tuple[Composed, PostConfig]:
+    """``config/post.yaml`` + ``$GYMFLOW_CONFIG`` + Gym files + overrides + flags, validated."""
+    from gymflow.cli.gym_config import split_overrides
+
+    composed = compose("post", flags=flags, overrides=split_overrides(overrides), gym_files=True)
+    return composed, composed.validate(PostConfig)
 
 
 def build_options(
     run_dir: str, config_files: Sequence[str], overrides: Sequence[str], use_cache: bool
 ) -> PostOptions:
-    """Flags, config files and overrides -> validated :class:`PostOptions` (also used by the
-    deployments, which receive the same three things as parameters)."""
+    """Config files and overrides -> validated :class:`PostOptions` (the deployments' entry,
+    which receive the same things as parameters)."""
+    flags: dict[str, Any] = {"config_paths": list(config_files)} if config_files else {}
+    if not use_cache:
+        flags["no_cache"] = True
+    composed, config = compose_post(flags, overrides)
+    return post_options(run_dir, composed, config)
+
+
+def post_options(run_dir: str, composed: Composed, config: PostConfig) -> PostOptions:
     from gymflow.aggregate import AggregateOptions
     from gymflow.cli.aggregate import agent_environments
-    from gymflow.cli.gym_config import load_gym_config
+    from gymflow.frozen import freeze
     from gymflow.health import normalize_ignored
 
-    config = load_gym_config(list(config_files), list(overrides), command_keys=("post", "reverify"))
-    post: PostSection = _section(PostSection, config, "post")
-    reverify: ReverifySection = _section(ReverifySection, config, "reverify")
-    gym_config = {key: value for key, value in config.items() if key not in ("post", "reverify")}
+    post, reverify = config.post, config.reverify
+    gym_config = composed.gym_config()
+    use_cache = not config.no_cache
     if not storage.exists(run_dir):
         raise UsageError(f"Run directory not found: {run_dir}")
     aggregate = AggregateOptions(
         input_glob="",
         output="",
-        agent_environments=agent_environments(gym_config),
-        config_files=tuple(config_files),
+        agent_environments=freeze(agent_environments(gym_config)),
+        config_files=config.config_paths,
         use_cache=use_cache,
     )
     return PostOptions(
@@ -106,32 +93,31 @@ def build_options(
             post.health_check_workers, tuple(normalize_ignored(list(post.health_check_ignore)))
         ),
         aggregate=aggregate,
-        reverify=_reverify_options(run_dir, post, reverify, config) if reverify.enabled else None,
+        reverify=_reverify_options(run_dir, post, reverify, composed) if reverify.enabled else None,
         gym_config=gym_config,
         use_cache=use_cache,
     )
 
 
-def _reverify_options(
-    run_dir: str, post: PostSection, section: ReverifySection, config: Mapping[str, Any]
-) -> Any:
+def _reverify_options(run_dir: str, post: PostSection, section: ReverifySection, composed: Composed) -> Any:
     """The reverify step's options: the run's rollouts and materialized inputs, resuming into one
     output, so a rerun after a judge outage verifies only what failed."""
-    from gymflow.reverify import options_from_config
+    from gymflow.cli.reverify import reverify_options
 
     extra = {
         key: value
         for key, value in section.model_dump().items()
         if key not in ("enabled", "inputs", "output")
     }
-    return options_from_config(
+    return reverify_options(
+        composed,
         {
             **extra,
             "materialized_inputs_jsonl_fpath": storage.resolve_under(run_dir, section.inputs),
             "rollouts_jsonl_fpath": storage.resolve_under(run_dir, post.rollouts),
             "output_jsonl_fpath": storage.resolve_under(run_dir, section.output),
             "resume_from_cache": True,
-        }
+        },
     )
 
 
@@ -140,26 +126,29 @@ def _echo(line: str) -> None:
 
 
 def run(parser: argparse.ArgumentParser, args: argparse.Namespace, extras: Sequence[str]) -> int:
-    from gymflow.cli.config import load_config
-
     flags = [item for item in extras if item.startswith("-")]
     if flags:
         parser.error(f"unrecognized arguments: {' '.join(flags)}")
     try:
-        settings = load_config()
-        storage.configure(settings.storage.options)
-        options = build_options(args.run, args.config, extras, not args.no_cache)
+        composed, config = compose_post(flags_given(args, _FLAGS), extras)
+        settings = composed.settings
+        configure_storage(settings)
+        options = post_options(args.run, composed, config)
     except UsageError as exc:
         parser.error(str(exc))
-    configure_logging(args.verbose)
+    except GymflowError as exc:
+        print(f"Error: {exc}", file=sys.stderr)
+        return 1
+    configure_logging(config.verbose)
     try:
-        if args.direct:
-            from gymflow.pipeline import DirectSteps, run_post
+        with recording(composed):
+            if config.direct:
+                from gymflow.pipeline import DirectSteps, run_post
 
-            summary = run_post(options, DirectSteps(), _echo)
-            url = None
-        else:
-            summary, url = _run_flow(settings, options, args.verbose)
+                summary = run_post(options, DirectSteps(), _echo)
+                url = None
+            else:
+                summary, url = _run_flow(settings, options, config.verbose)
     except GymflowError as exc:
         print(f"Error: {exc}", file=sys.stderr)
         return 1
@@ -175,9 +164,7 @@ def _print_summary(summary: PipelineSummary, flow_run_url: str | None) -> None:
 
 
 def _run_flow(settings: Any, options: PostOptions, verbose: bool) -> tuple[PipelineSummary, str | None]:
-    from gymflow.flows import _environment
-
-    _environment.prepare(settings.prefect, verbose)
+    prepare_prefect(settings, verbose)
     from prefect.task_runners import ThreadPoolTaskRunner
 
     from gymflow.flows._runtime import run_flow

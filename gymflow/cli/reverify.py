@@ -13,8 +13,16 @@ from functools import partial
 from typing import Any
 
 from gymflow import storage
-from gymflow.cli.config import load_config
-from gymflow.cli.gym_config import load_gym_config, split_overrides
+from gymflow.cli.config import (
+    Composed,
+    compose,
+    configure_storage,
+    describe,
+    flags_given,
+    prepare_prefect,
+    recording,
+)
+from gymflow.cli.gym_config import split_overrides
 from gymflow.cli.logs import configure_logging
 from gymflow.cli.progress import row_progress
 from gymflow.config import GymflowConfig
@@ -22,8 +30,11 @@ from gymflow.errors import GymflowError, UsageError
 
 INTERRUPTED = "Interrupted; {output} keeps the rows verified so far: rerun with --resume to continue."
 
-# flag destination -> config key (reverify.md §1)
+# flag destination -> key of config/reverify.yaml (reverify.md §1)
 _FLAGS = {
+    "config": "config_paths",
+    "direct": "direct",
+    "verbose": "verbose",
     "input_format": "input_format",
     "inputs": "materialized_inputs_jsonl_fpath",
     "rollouts": "rollouts_jsonl_fpath",
@@ -56,9 +67,7 @@ def register(eval_commands: argparse._SubParsersAction) -> None:  # type: ignore
         "/verify endpoint to recompute rewards, without model inference. Config keys and Gym server "
         "settings may also be given as Hydra-style overrides (key=value, +key=value, ++a.b=value).",
     )
-    parser.add_argument(
-        "--config", action="append", default=[], metavar="PATH", help="Gym config YAML (repeatable)"
-    )
+    parser.add_argument("--config", action="append", metavar="PATH", help="Gym config YAML (repeatable)")
     parser.add_argument("--input-format", metavar="gym|atif", help="input format (default gym)")
     parser.add_argument("--inputs", metavar="PATH", help="materialized inputs JSONL")
     parser.add_argument("--rollouts", metavar="PATH", help="rollouts JSONL (gym input)")
@@ -78,23 +87,41 @@ def register(eval_commands: argparse._SubParsersAction) -> None:  # type: ignore
     _flag(parser, "--append", help="with --judge-failed-only: add to an existing output")
     _flag(parser, "--server-metrics", help="compute aggregate metrics on the resources server")
     _flag(parser, "--allow-outside-manifest", help="ATIF: allow trajectories outside the manifest directory")
-    parser.add_argument("--direct", action="store_true", help="run in-process, without Prefect")
-    parser.add_argument("-v", "--verbose", action="store_true", help="show Prefect's and gymflow's logs")
+    _flag(parser, "--direct", help="run in-process, without Prefect")
+    _flag(parser, "-v", "--verbose", help="show Prefect's and gymflow's logs")
     parser.set_defaults(handler=partial(run, parser))
 
 
-def build_options(args: argparse.Namespace, extras: Sequence[str]) -> tuple[Any, dict[str, Any]]:
-    """Flags + ``--config`` files + overrides -> (ReverifyOptions, the Gym config as a plain dict)."""
-    from gymflow.reverify import CONFIG_KEYS, options_from_config
+def reverify_options(composed: Composed, values: Mapping[str, Any]) -> Any:
+    """``values`` (reverify's keys) validated with reverify.md §1's messages; a bad key set in a
+    file or an override is named with its source."""
+    from pydantic import ValidationError
 
-    merged = load_gym_config(args.config, split_overrides(extras), command_keys=CONFIG_KEYS)
-    values = {key: merged.pop(key) for key in CONFIG_KEYS if key in merged}
-    for dest, key in _FLAGS.items():
-        value = getattr(args, dest)
-        if value is not None:
-            values[key] = value
-    values["config_paths"] = list(args.config)
-    return options_from_config(values), merged
+    from gymflow.reverify import ReverifyOptions, options_from_config
+
+    try:
+        return options_from_config(values)
+    except UsageError as exc:
+        message = str(exc)
+        if message.startswith("invalid configuration: ") and "<config>" not in message:
+            data = {key: value for key, value in values.items() if value is not None}
+            try:
+                ReverifyOptions.model_validate(data)
+            except ValidationError as detail:
+                message = describe(detail, composed)
+        raise UsageError(message) from None
+
+
+def build_options(args: argparse.Namespace, extras: Sequence[str]) -> tuple[Any, Mapping[str, Any], Composed]:
+    """Flags + ``--config`` files + overrides -> (ReverifyOptions, the frozen Gym config, the
+    composed config)."""
+    from gymflow.reverify import CONFIG_KEYS
+
+    composed = compose(
+        "reverify", flags=flags_given(args, _FLAGS), overrides=split_overrides(extras), gym_files=True
+    )
+    values = {key: composed.data.get(key) for key in CONFIG_KEYS}
+    return reverify_options(composed, values), composed.gym_config(), composed
 
 
 def _echo(line: str) -> None:
@@ -107,20 +134,22 @@ def _warn(line: str) -> None:
 
 def run(parser: argparse.ArgumentParser, args: argparse.Namespace, extras: Sequence[str]) -> int:
     try:
-        settings = load_config()
-        storage.configure(settings.storage.options)
-        options, gym_config = build_options(args, extras)
+        options, gym_config, composed = build_options(args, extras)
+        settings = composed.settings
+        configure_storage(settings)
     except UsageError as exc:
         parser.error(str(exc))
     except GymflowError as exc:
         print(f"Error: {exc}", file=sys.stderr)
         return 1
-    configure_logging(args.verbose)
+    verbose = bool(composed.data.get("verbose"))
+    configure_logging(verbose)
     try:
-        if args.direct:
-            _run_direct(options, gym_config)
-        else:
-            _run_flow(settings, options, gym_config, args.verbose)
+        with recording(composed):
+            if composed.data.get("direct"):
+                _run_direct(options, gym_config)
+            else:
+                _run_flow(settings, options, gym_config, verbose)
     except GymflowError as exc:
         print(f"Error: {exc}", file=sys.stderr)
         return 1
@@ -158,9 +187,7 @@ def _run_direct(options: Any, gym_config: Mapping[str, Any]) -> None:
 
 
 def _run_flow(settings: GymflowConfig, options: Any, gym_config: Mapping[str, Any], verbose: bool) -> None:
-    from gymflow.flows import _environment
-
-    _environment.prepare(settings.prefect, verbose)
+    prepare_prefect(settings, verbose)
     from prefect.task_runners import ThreadPoolTaskRunner
 
     from gymflow.flows._runtime import run_flow

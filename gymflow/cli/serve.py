@@ -19,7 +19,18 @@ from functools import partial
 from typing import Any
 
 from gymflow import storage
-from gymflow.errors import GymflowError
+from gymflow.config import GymflowConfig, ServeConfig
+from gymflow.errors import GymflowError, UsageError
+
+# flag destination -> key of config/serve.yaml
+_FLAGS = {
+    "config": "config_paths",
+    "sweep": "sweep",
+    "sweep_interval": "sweep_interval",
+    "evaluation_flow": "evaluation_flow",
+    "run_parameter": "run_parameter",
+    "verbose": "verbose",
+}
 
 
 def register(groups: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -28,17 +39,16 @@ def register(groups: argparse._SubParsersAction) -> None:  # type: ignore[type-a
         help="run eval post whenever an evaluation finishes (serves Prefect deployments)",
         description=__doc__.split("\n\n")[1] if __doc__ else None,
     )
-    serve.add_argument("--config", action="append", default=[], metavar="PATH", help="Gym config YAML")
+    serve.add_argument("--config", action="append", metavar="PATH", help="Gym config YAML")
     serve.add_argument("--sweep", metavar="PREFIX", help="also sweep PREFIX for stale runs on a schedule")
-    serve.add_argument("--sweep-interval", type=float, default=3600.0, metavar="S", help="seconds (3600)")
+    serve.add_argument("--sweep-interval", type=float, metavar="S", help="seconds (3600)")
     serve.add_argument("--evaluation-flow", metavar="NAME", help="also start post when flow NAME completes")
     serve.add_argument(
         "--run-parameter",
-        default="output_dir",
         metavar="P",
         help="the evaluation flow's parameter holding the run URI (default output_dir)",
     )
-    serve.add_argument("-v", "--verbose", action="store_true", help="show Prefect's logs")
+    serve.add_argument("-v", "--verbose", action="store_true", default=None, help="show Prefect's logs")
     serve.set_defaults(handler=partial(run_serve, serve))
 
     notify = groups.add_parser(
@@ -51,22 +61,28 @@ def register(groups: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     notify.set_defaults(handler=partial(run_notify, notify))
 
 
-def _prepare(verbose: bool) -> None:
-    from gymflow.cli.config import load_config
-    from gymflow.flows import _environment
+def _prepare(settings: GymflowConfig, verbose: bool) -> None:
+    from gymflow.cli.config import configure_storage, prepare_prefect
 
-    settings = load_config()
-    storage.configure(settings.storage.options)
-    _environment.prepare(settings.prefect, verbose)
+    configure_storage(settings)
+    prepare_prefect(settings, verbose)
 
 
-def deployments(args: argparse.Namespace, extras: Sequence[str]) -> list[Any]:
+def serve_config(args: argparse.Namespace) -> tuple[GymflowConfig, ServeConfig]:
+    """``config/serve.yaml`` with the flags (its overrides are eval post's, not its own)."""
+    from gymflow.cli.config import compose, flags_given
+
+    composed = compose("serve", flags=flags_given(args, _FLAGS))
+    return composed.settings, composed.validate(ServeConfig)
+
+
+def deployments(config: ServeConfig, extras: Sequence[str]) -> list[Any]:
     """The deployments ``serve`` runs, with their triggers and schedule."""
     from prefect.events import DeploymentEventTrigger, DeploymentTriggerTypes, TriggerTypes
 
     from gymflow.flows.deployments import EVENT, gymflow_command, post_run, post_sweep
 
-    common = {"config": list(args.config), "overrides": list(extras)}
+    common = {"config": list(config.config_paths), "overrides": list(extras)}
     triggers: list[DeploymentTriggerTypes | TriggerTypes] = [
         DeploymentEventTrigger(
             name="evaluation completed",
@@ -75,16 +91,16 @@ def deployments(args: argparse.Namespace, extras: Sequence[str]) -> list[Any]:
             parameters={"run": "{{ event.resource.id }}", **common},
         )
     ]
-    if args.evaluation_flow:
+    if config.evaluation_flow:
         triggers.append(
             DeploymentEventTrigger(
-                name=f"{args.evaluation_flow} completed",
+                name=f"{config.evaluation_flow} completed",
                 expect={"prefect.flow-run.Completed"},
                 match_related={
                     "prefect.resource.role": "flow",
-                    "prefect.resource.name": args.evaluation_flow,
+                    "prefect.resource.name": config.evaluation_flow,
                 },
-                parameters={"run": f"{{{{ flow_run.parameters.{args.run_parameter} }}}}", **common},
+                parameters={"run": f"{{{{ flow_run.parameters.{config.run_parameter} }}}}", **common},
             )
         )
     out = [
@@ -92,13 +108,13 @@ def deployments(args: argparse.Namespace, extras: Sequence[str]) -> list[Any]:
         # Any command on demand, e.g. judge recovery: argv = [eval, reverify, --judge-failed-only, ...]
         gymflow_command.to_deployment(name="command", parameters={"argv": ["--help"]}),
     ]
-    if args.sweep:
+    if config.sweep:
         out.append(
             post_sweep.to_deployment(
                 name="sweep",
-                interval=timedelta(seconds=args.sweep_interval),
+                interval=timedelta(seconds=config.sweep_interval),
                 concurrency_limit=1,  # a sweep still running when the next is due: the next waits
-                parameters={"prefix": args.sweep, **common},
+                parameters={"prefix": config.sweep, **common},
             )
         )
     return out
@@ -108,7 +124,14 @@ def run_serve(parser: argparse.ArgumentParser, args: argparse.Namespace, extras:
     flags = [item for item in extras if item.startswith("-")]
     if flags:
         parser.error(f"unrecognized arguments: {' '.join(flags)}")
-    _prepare(args.verbose)
+    try:
+        settings, config = serve_config(args)
+    except UsageError as exc:
+        parser.error(str(exc))
+    except GymflowError as exc:
+        print(f"Error: {exc}", file=sys.stderr)
+        return 1
+    _prepare(settings, config.verbose)
     from prefect import serve
 
     from gymflow.flows._runtime import prefect_api
@@ -118,7 +141,7 @@ def run_serve(parser: argparse.ArgumentParser, args: argparse.Namespace, extras:
             print(
                 f"Serving eval post deployments against {url.removesuffix('/api')} (Ctrl-C stops)", flush=True
             )
-            serve(*deployments(args, extras), print_starting_message=False)
+            serve(*deployments(config, extras), print_starting_message=False)
     except GymflowError as exc:
         print(f"Error: {exc}", file=sys.stderr)
         return 1
@@ -126,9 +149,17 @@ def run_serve(parser: argparse.ArgumentParser, args: argparse.Namespace, extras:
 
 
 def run_notify(parser: argparse.ArgumentParser, args: argparse.Namespace, extras: Sequence[str]) -> int:
-    if extras:
-        parser.error(f"unrecognized arguments: {' '.join(extras)}")
-    _prepare(verbose=False)
+    from gymflow.cli.config import compose
+    from gymflow.cli.gym_config import split_overrides
+
+    try:
+        settings = compose("notify", overrides=split_overrides(extras)).settings
+    except UsageError as exc:
+        parser.error(str(exc))
+    except GymflowError as exc:
+        print(f"Error: {exc}", file=sys.stderr)
+        return 1
+    _prepare(settings, verbose=False)
     from prefect.events import emit_event
 
     from gymflow.flows._runtime import prefect_api

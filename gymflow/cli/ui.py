@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 from functools import partial
 
-from gymflow.errors import GymflowError
+from gymflow.errors import GymflowError, UsageError
 
 
 def register(groups: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -18,22 +18,33 @@ def register(groups: argparse._SubParsersAction) -> None:  # type: ignore[type-a
         "port $PREFECT_SERVER_API_PORT or 4200) and reuse it. This prints its UI's URL, starting it "
         "if needed; --stop stops it. With PREFECT_API_URL set, that server is used instead.",
     )
-    parser.add_argument("--stop", action="store_true", help="stop the local server gymflow started")
+    parser.add_argument(
+        "--stop", action="store_true", default=None, help="stop the local server gymflow started"
+    )
     parser.set_defaults(handler=partial(run, parser))
 
 
 def run(parser: argparse.ArgumentParser, args: argparse.Namespace, extras: Sequence[str]) -> int:
-    if extras:
-        parser.error(f"unrecognized arguments: {' '.join(extras)}")
-    from gymflow.cli.config import load_config
-    from gymflow.flows import _environment
+    from gymflow.cli.config import compose, prepare_prefect
+    from gymflow.cli.gym_config import split_overrides
+    from gymflow.config import UiConfig
 
-    settings = load_config()
-    _environment.prepare(settings.prefect, verbose=False)
+    try:
+        composed = compose(
+            "ui", flags={"stop": args.stop} if args.stop else {}, overrides=split_overrides(extras)
+        )
+        config = composed.validate(UiConfig)
+    except UsageError as exc:
+        parser.error(str(exc))
+    except GymflowError as exc:
+        print(f"Error: {exc}", file=sys.stderr)
+        return 1
+    settings = composed.settings
+    prepare_prefect(settings, verbose=False)
     from gymflow.flows import _server
 
     try:
-        if args.stop:
+        if config.stop:
             stopped = _server.stop()
             print("Stopped the local Prefect server." if stopped else "No local Prefect server was running.")
             return 0
