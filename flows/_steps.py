@@ -12,7 +12,7 @@ from gymflow import storage
 from gymflow.aggregate import AggregateOptions, AggregateOutcome
 from gymflow.config import RunnerConfig
 from gymflow.flows._annotations import Returned
-from gymflow.flows._runtime import offloading_runner, shard_runner, task_runner
+from gymflow.flows._runtime import offloading_runner, shard_runner
 from gymflow.health import HealthOutcome
 from gymflow.join import JoinResult, JoinSettings
 from gymflow.pipeline import Echo
@@ -44,12 +44,13 @@ class FlowSteps:
     def join(self, settings: JoinSettings, use_cache: bool) -> JoinResult:
         from gymflow.flows.join import join_flow
 
-        subflow = join_flow.with_options(task_runner=task_runner(self.runner, self.workers))
-        return subflow(
+        runner, offload = offloading_runner(self.runner, self.workers)
+        return join_flow.with_options(task_runner=runner)(
             settings=settings,
             workers=self.workers,
             use_cache=use_cache,
             storage_options=storage.current_options(),
+            offload_workers=offload,
         )
 
     def health(
@@ -63,7 +64,7 @@ class FlowSteps:
         from gymflow.flows.health import health_check
 
         runner, offload = offloading_runner(self.runner, workers or self.workers)
-        return health_check.with_options(task_runner=runner)(
+        returned: Returned[HealthOutcome] = health_check.with_options(task_runner=runner)(
             paths=list(paths),
             report_dir=report_dir,
             workers=workers,
@@ -72,6 +73,7 @@ class FlowSteps:
             storage_options=storage.current_options(),
             offload_workers=offload,
         )
+        return returned.result
 
     def reverify(
         self, options: ReverifyOptions, gym_config: Mapping[str, Any], echo: Echo

@@ -11,7 +11,7 @@ from typing import Any
 from prefect import flow
 
 from gymflow import health, locking, provenance, storage
-from gymflow.flows._annotations import unwalked
+from gymflow.flows._annotations import Returned, unwalked
 from gymflow.flows._publish import RunProgress, lineage, orchestrator, publish, record_inputs
 from gymflow.flows._runtime import process_pool
 from gymflow.health import HealthOutcome
@@ -44,7 +44,7 @@ def health_check(
     storage_options: dict[str, dict[str, Any]] | None = None,
     offload_workers: int | None = None,
     progress: Callable[[int], None] | None = None,
-) -> HealthOutcome:
+) -> Returned[HealthOutcome]:
     """Health-check rollout files and write reports and provenance into ``report_dir``.
 
     With ``offload_workers``, range tasks hand their work to that many core-only processes;
@@ -53,9 +53,10 @@ def health_check(
     storage.configure(storage_options or {})
     summary_url = storage.join(report_dir, "quality_summary.json")
     with locking.run_lock(summary_url, health.COMMAND):
-        return _checked(
+        outcome = _checked(
             paths, report_dir, summary_url, workers, ignored_checks, use_cache, offload_workers, progress
         )
+    return Returned(outcome)  # the summary object is large: Prefect must not walk it
 
 
 def _checked(

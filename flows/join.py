@@ -13,6 +13,7 @@ from prefect import flow
 
 from gymflow import locking, provenance, storage
 from gymflow.flows._publish import lineage, orchestrator, publish, record_inputs
+from gymflow.flows._runtime import process_pool
 from gymflow.join import (
     COMMAND,
     JoinResult,
@@ -50,16 +51,22 @@ def join_flow(
     use_cache: bool = True,
     storage_options: dict[str, dict[str, Any]] | None = None,
     progress: Callable[[int], None] | None = None,
+    offload_workers: int | None = None,
 ) -> JoinResult:
     """Join ``settings.rollouts`` with its CaptureStore into ``settings.output`` (``progress``
-    advanced by each range's bytes as it completes)."""
+    advanced by each range's bytes as it completes); ``offload_workers``: processes of a pool of
+    the flow's own that join the ranges (None: the tasks join them where they run, e.g. Dask)."""
     storage.configure(storage_options or {})
     with locking.run_lock(settings.output, COMMAND):
-        return _joined(settings, workers, use_cache, progress)
+        return _joined(settings, workers, use_cache, progress, offload_workers)
 
 
 def _joined(
-    settings: JoinSettings, workers: int, use_cache: bool, progress: Callable[[int], None] | None
+    settings: JoinSettings,
+    workers: int,
+    use_cache: bool,
+    progress: Callable[[int], None] | None,
+    offload_workers: int | None,
 ) -> JoinResult:
     """The flow's work once the lock of its output is held."""
     started_at = provenance.timestamp()
@@ -73,15 +80,16 @@ def _joined(
     ranges = tasks.plan_ranges(settings, workers)
     parts = part_urls(settings, len(ranges))
     try:
-        futures = [
-            tasks.join_range.submit(settings, start, end, part)
-            for (start, end), part in zip(ranges, parts, strict=True)
-        ]
-        stats = JoinStats()
-        for (start, end), future in zip(ranges, futures, strict=True):
-            stats.merge(future.result())
-            if progress is not None:
-                progress(end - start)
+        with process_pool(offload_workers and min(offload_workers, len(ranges))) as pool:
+            futures = [
+                tasks.join_range.submit(settings, start, end, part, pool)
+                for (start, end), part in zip(ranges, parts, strict=True)
+            ]
+            stats = JoinStats()
+            for (start, end), future in zip(ranges, futures, strict=True):
+                stats.merge(future.result())
+                if progress is not None:
+                    progress(end - start)
         sources = [settings.rollouts] + ([settings.capture_dir] if settings.capture_dir else [])
         output = tasks.concatenate.with_options(**lineage([settings.output], sources))(settings, parts)
     finally:

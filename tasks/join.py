@@ -1,7 +1,8 @@
 """Prefect tasks of the evidence join: each a few lines around one core call.
 
 ``join_range`` owns the rows that start in its byte range and reads their capture files itself, so
-capture I/O is spread over the workers with the rows. It is not cached across runs: its result
+capture I/O is spread over the workers with the rows; on this machine it hands the work to the
+flow's lean process pool (Prefect's task on a thread waits for it). It is not cached across runs: its result
 depends on capture files its parameters do not name; the command-level provenance check skips a
 whole unchanged join instead. ``concatenate-parts`` materialises the joined rollouts as a Prefect
 asset (the flow names it, with the rollouts and the capture directory upstream). I/O tasks retry
@@ -10,11 +11,13 @@ with backoff.
 
 from __future__ import annotations
 
+from concurrent.futures import Executor
+
 from prefect import task
 from prefect.assets import materialize
 
 import gymflow.join as core
-from gymflow import provenance, storage
+from gymflow import parallel, provenance, storage
 from gymflow.join import JoinSettings, JoinStats
 from gymflow.tasks._retries import IO_RETRIES
 
@@ -36,8 +39,12 @@ def plan_ranges(settings: JoinSettings, workers: int) -> list[tuple[int, int]]:
 
 
 @task(name="join-range")
-def join_range(settings: JoinSettings, start: int, end: int, part_url: str) -> JoinStats:
-    return core.join_range(settings, start, end, part_url)
+def join_range(
+    settings: JoinSettings, start: int, end: int, part_url: str, pool: Executor | None = None
+) -> JoinStats:
+    if pool is None:
+        return core.join_range(settings, start, end, part_url)
+    return parallel.submit(pool, core.join_range, settings, start, end, part_url).result()
 
 
 @materialize("gymflow://joined-rollouts", name="concatenate-parts", **IO_RETRIES)

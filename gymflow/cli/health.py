@@ -8,6 +8,7 @@ import json
 import sys
 from collections.abc import Sequence
 from functools import partial
+from typing import TYPE_CHECKING
 
 from gymflow import storage
 from gymflow.cli.config import compose, configure_storage, flags_given, prepare_prefect, recording
@@ -15,7 +16,9 @@ from gymflow.cli.logs import configure_logging
 from gymflow.cli.progress import progress_bar
 from gymflow.config import GymflowConfig, HealthCheckConfig
 from gymflow.errors import GymflowError, UsageError
-from gymflow.health import HealthOutcome, default_workers, normalize_ignored
+
+if TYPE_CHECKING:  # the health package is imported by the command that runs it, not by the parser
+    from gymflow.health import HealthOutcome
 
 NO_OVERRIDES = "health-check does not accept Hydra overrides"
 """0.7.0's message for an extra positional or an override of a key health-check does not have."""
@@ -106,6 +109,8 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace, extras: Seque
         path = storage.resolve_under(args.run_dir, cfg.rollouts_file)
         if not storage.isfile(path):
             parser.error(f"Rollout JSONL not found: {path}")
+        from gymflow.health import normalize_ignored
+
         ignored = normalize_ignored(cfg.ignore_checks)
         if cfg.workers is not None and cfg.workers < 1:
             parser.error("workers must be at least 1")
@@ -164,13 +169,15 @@ def _run_flow(
     verbose: bool,
 ) -> HealthOutcome:
     prepare_prefect(config, verbose)
+    from gymflow.flows._annotations import Returned
     from gymflow.flows._runtime import offloading_runner, run_flow
     from gymflow.flows.health import health_check
+    from gymflow.health import default_workers
 
     runner, offload = offloading_runner(config.runner, workers if workers is not None else default_workers())
     bar = progress_bar(storage.size(path), "health-check")
     try:
-        outcome: HealthOutcome = run_flow(
+        returned: Returned[HealthOutcome] = run_flow(
             health_check,
             runner,
             offload_workers=offload,
@@ -185,4 +192,4 @@ def _run_flow(
     finally:
         if bar is not None:
             bar.close()
-    return outcome
+    return returned.result

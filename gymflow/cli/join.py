@@ -195,15 +195,17 @@ def _run_flow(
     config: GymflowConfig, settings: JoinSettings, workers: int | None, use_cache: bool, verbose: bool
 ) -> JoinResult:
     prepare_prefect(config, verbose)
-    from gymflow.flows._runtime import run_flow, task_runner
+    from gymflow.flows._runtime import offloading_runner, run_flow
     from gymflow.flows.join import join_flow
 
     limit = _workers(workers)
     bar = progress_bar(storage.size(settings.rollouts), "join")
     try:
+        runner, offload = offloading_runner(config.runner, limit)
         result: JoinResult = run_flow(
             join_flow,
-            task_runner(config.runner, limit),
+            runner,
+            offload_workers=offload,
             settings=settings,
             workers=limit,
             use_cache=use_cache,

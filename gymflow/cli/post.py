@@ -12,14 +12,16 @@ import argparse
 import sys
 from collections.abc import Mapping, Sequence
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gymflow import storage
 from gymflow.cli.config import Composed, compose, configure_storage, flags_given, prepare_prefect, recording
 from gymflow.cli.logs import configure_logging
 from gymflow.config import PostConfig, PostSection, ReverifySection
 from gymflow.errors import GymflowError, UsageError
-from gymflow.pipeline import HealthStep, PipelineSummary, PostOptions
+
+if TYPE_CHECKING:  # the pipeline (every command's core) is imported when post runs, not by the parser
+    from gymflow.pipeline import PipelineSummary, PostOptions
 
 # flag destination -> key of config/post.yaml
 _FLAGS = {"config": "config_paths", "direct": "direct", "no_cache": "no_cache", "verbose": "verbose"}
@@ -84,6 +86,8 @@ def post_options(run_dir: str, composed: Composed, config: PostConfig) -> PostOp
         config_files=config.config_paths,
         use_cache=use_cache,
     )
+    from gymflow.pipeline import HealthStep, PostOptions
+
     return PostOptions(
         run=run_dir,
         shards=post.shards,
