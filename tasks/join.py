@@ -15,6 +15,7 @@ from concurrent.futures import Executor
 
 from prefect import task
 from prefect.assets import materialize
+from prefect.cache_policies import NO_CACHE
 
 import gymflow.join as core
 from gymflow import parallel, provenance, storage
@@ -22,23 +23,23 @@ from gymflow.join import JoinSettings, JoinStats
 from gymflow.tasks._retries import IO_RETRIES
 
 
-@task(name="join-up-to-date", **IO_RETRIES)
+@task(name="join-up-to-date", cache_policy=NO_CACHE, **IO_RETRIES)
 def up_to_date(settings: JoinSettings) -> bool:
     record_url = provenance.record_path(settings.output)
     return storage.exists(record_url) and provenance.up_to_date(record_url, core.current_key(settings))
 
 
-@task(name="hash-rollouts", **IO_RETRIES)
+@task(name="hash-rollouts", cache_policy=NO_CACHE, **IO_RETRIES)
 def hash_input(path: str) -> provenance.FileDigest:
     return provenance.digest(path)
 
 
-@task(name="plan-join-ranges", **IO_RETRIES)
+@task(name="plan-join-ranges", cache_policy=NO_CACHE, **IO_RETRIES)
 def plan_ranges(settings: JoinSettings, workers: int) -> list[tuple[int, int]]:
     return core.plan_ranges(settings, workers)
 
 
-@task(name="join-range")
+@task(name="join-range", cache_policy=NO_CACHE)
 def join_range(
     settings: JoinSettings, start: int, end: int, part_url: str, pool: Executor | None = None
 ) -> JoinStats:
@@ -47,12 +48,12 @@ def join_range(
     return parallel.submit(pool, core.join_range, settings, start, end, part_url).result()
 
 
-@materialize("gymflow://joined-rollouts", name="concatenate-parts", **IO_RETRIES)
+@materialize("gymflow://joined-rollouts", name="concatenate-parts", cache_policy=NO_CACHE, **IO_RETRIES)
 def concatenate(settings: JoinSettings, parts: list[str]) -> provenance.FileDigest:
     return core.concatenate_parts(settings, parts)
 
 
-@task(name="write-provenance", **IO_RETRIES)
+@task(name="write-provenance", cache_policy=NO_CACHE, **IO_RETRIES)
 def write_provenance(
     settings: JoinSettings,
     stats: JoinStats,
