@@ -30,8 +30,12 @@ from pathlib import Path
 
 import orjson
 
-from bench.health import run_measured
-from bench.join_corpus import write_run
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:  # run as a script from the repo root
+    sys.path.insert(0, str(REPO))
+
+from bench.health import run_measured  # noqa: E402
+from bench.join_corpus import write_run  # noqa: E402
 
 CORPUS = Path(__file__).parent / "_corpus"
 
