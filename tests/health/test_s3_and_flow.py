@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import sqlite3
-import time
 from pathlib import Path
 
 import pytest
 
 from gymflow import storage
 from gymflow.cli import main
+from tests.asset_events import asset_events
 from tests.health.builders import Outcome, write_lines
 from tests.health.test_cli import _mixed_rows
 
@@ -67,29 +66,6 @@ def test_s3_end_to_end_direct(local_run: Path, s3_bucket: str, capsys: pytest.Ca
     assert "Reports are up to date (provenance: " in cli.last_err  # type: ignore[attr-defined]
 
 
-def _asset_events(path: Path, wait_s: float = 15.0) -> list[str]:
-    """Asset events Prefect's local API stored for ``path`` (read from its SQLite database).
-
-    The server persists events in batches after the command has returned, so this waits (bounded)
-    for the first one to arrive."""
-    from prefect.settings import get_current_settings
-
-    url = get_current_settings().server.database.connection_url
-    assert url is not None
-    database = url.get_secret_value().split("///", 1)[1]
-    deadline = time.monotonic() + wait_s
-    while True:
-        with sqlite3.connect(database) as connection:
-            rows = connection.execute(
-                "select event from events where resource_id = ? and event like 'prefect.asset.%'",
-                (path.as_uri(),),
-            )
-            events = [row[0] for row in rows]
-        if events or time.monotonic() > deadline:
-            return events
-        time.sleep(0.2)
-
-
 def test_prefect_flow_writes_the_same_bytes(
     local_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -110,8 +86,8 @@ def test_prefect_flow_writes_the_same_bytes(
     record = json.loads((local_run / "quality_summary.provenance.json").read_text())
     assert record["orchestrator"]["kind"] == "prefect"
     assert record["orchestrator"]["flow_run_id"]
-    assert _asset_events(local_run / "quality_summary.json") == ["prefect.asset.materialization.succeeded"]
-    assert _asset_events(local_run / "rollouts.jsonl") == ["prefect.asset.referenced"]
+    assert asset_events(local_run / "quality_summary.json") == ["prefect.asset.materialization.succeeded"]
+    assert asset_events(local_run / "rollouts.jsonl") == ["prefect.asset.referenced"]
     # Same bytes under another path: range results come from Prefect's cache, yet unreadable
     # rows must name the file of this run.
     assert cli(["eval", "health-check", str(moved_dir), "--workers", "2"], capsys)[0] == 0
