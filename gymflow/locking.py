@@ -221,7 +221,7 @@ def _acquire_local(output_url: str, path: str, holder: Holder, wait: float, warn
                 raise StorageError(f"{path}: cannot lock it: {exc}") from exc
             waited = time.monotonic() - start
             if waited >= wait:
-                raise _refusal(output_url, _read_local(local), round(waited, 1), path) from None
+                raise _refusal(output_url, _holder_soon(local), round(waited, 1), path) from None
             time.sleep(min(_POLL_S, max(wait - waited, 0.01)))
             continue
         # The holder before us may have removed the file after we opened it: lock the one on disk.
@@ -249,6 +249,15 @@ def _acquire_local(output_url: str, path: str, holder: Holder, wait: float, warn
             os.close(fd)
 
     return release
+
+
+def _holder_soon(local: str, within_s: float = 1.0) -> Holder | None:
+    """Who holds a lock we were refused: a process writes itself into the file right after it
+    takes the lock, so an empty file means it is about to (read again, briefly)."""
+    deadline = time.monotonic() + within_s
+    while (holder := _read_local(local)) is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return holder
 
 
 def _read_local(local: str) -> Holder | None:
