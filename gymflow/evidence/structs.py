@@ -28,7 +28,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 # The depth rule's private helpers: read_trajectory applies the rule exactly as trajectory.py does.
-from gymflow.evidence.trajectory import TrajectoryRecord, _free_form_values, _too_deep, validate_trajectory
+from gymflow.evidence.trajectory import TrajectoryRecord, free_form_too_deep, validate_trajectory
 
 __all__ = ["STRUCTS", "convert_trajectory", "read_trajectory"]
 
@@ -241,8 +241,6 @@ def read_trajectory(raw: Any) -> TrajectoryRecord:
         orjson.dumps(raw)
     except TypeError:
         return validate_trajectory(raw)
-    if any(invocation.conversation for invocation in record.invocations):
-        for value in _free_form_values(record):
-            if isinstance(value, (dict, list)) and _too_deep(value):
-                return validate_trajectory(raw)
+    if any(invocation.conversation for invocation in record.invocations) and free_form_too_deep(record):
+        return validate_trajectory(raw)
     return record

@@ -280,9 +280,13 @@ def validate_trajectory(raw: Any, may_nest_deeply: bool = True) -> TrajectoryRec
         raise TrajectoryUnreadable("TypeError", str(exc)) from None
     if not may_nest_deeply:
         return record
-    # The reference serialises the record after validating it; its serialiser gives up on values
-    # nested deeper than 255 levels with a ValueError.
-    for value in _free_form_values(record):
-        if isinstance(value, (dict, list)) and _too_deep(value):
-            raise TrajectoryUnreadable("ValueError", "a free-form value is nested too deeply")
+    if free_form_too_deep(record):
+        raise TrajectoryUnreadable("ValueError", "a free-form value is nested too deeply")
     return record
+
+
+def free_form_too_deep(record: TrajectoryRecord) -> bool:
+    """Whether a free-form value of a validated record nests deeper than the reference can
+    serialise: it serialises the record after validating it, and its serialiser gives up on
+    values nested deeper than :data:`MAX_FREE_FORM_DEPTH` levels with a ValueError."""
+    return any(isinstance(value, (dict, list)) and _too_deep(value) for value in _free_form_values(record))
