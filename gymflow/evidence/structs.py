@@ -27,7 +27,7 @@ import orjson
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-# The depth rule's private helpers: read_trajectory applies the rule exactly as trajectory.py does.
+# read_trajectory applies trajectory.py's depth rule (free_form_too_deep) exactly as it does.
 from gymflow.evidence.trajectory import TrajectoryRecord, free_form_too_deep, validate_trajectory
 
 __all__ = ["STRUCTS", "convert_trajectory", "read_trajectory"]

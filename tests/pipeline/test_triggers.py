@@ -119,6 +119,12 @@ def test_notify_and_the_evaluation_flow_start_post_and_the_sweep_finds_a_stale_r
         assert evaluation.returncode == 0, evaluation.stderr[-3000:]
         _wait_for(evaluated / "quality_summary.provenance.json", serve, 120, log)
         _wait_for(stale / "quality_summary.provenance.json", serve, 60, log)
+        # A run's final state lands after its reports: wait for it before stopping the server.
+        deadline = time.monotonic() + 90
+        for run, name in ((notified.as_uri(), "notified"), (str(evaluated), "evaluated")):
+            while not _completed_post_runs(run):
+                assert time.monotonic() < deadline, f"no completed post-run flow run for the {name} run"
+                time.sleep(0.5)
     finally:
         os.killpg(serve.pid, signal.SIGINT)
         try:
@@ -129,7 +135,3 @@ def test_notify_and_the_evaluation_flow_start_post_and_the_sweep_finds_a_stale_r
     record = json.loads((notified / "quality_summary.provenance.json").read_text())
     assert record["orchestrator"]["kind"] == "prefect"
     assert (notified / "rollouts_aggregate_metrics.json").is_file()
-    deadline = time.monotonic() + 90  # the run's final state lands after its reports
-    while not (_completed_post_runs(notified.as_uri()) and _completed_post_runs(str(evaluated))):
-        assert time.monotonic() < deadline, "no completed post-run flow run for the notified run"
-        time.sleep(0.5)
