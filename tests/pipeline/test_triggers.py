@@ -121,8 +121,8 @@ def test_notify_and_the_evaluation_flow_start_post_and_the_sweep_finds_a_stale_r
         _wait_for(stale / "quality_summary.provenance.json", serve, 60, log)
         # A run's final state lands after its reports: wait for it before stopping the server.
         deadline = time.monotonic() + 90
-        for run, name in ((notified.as_uri(), "notified"), (str(evaluated), "evaluated")):
-            while not _completed_post_runs(run):
+        for uri, name in ((notified.as_uri(), "notified"), (str(evaluated), "evaluated")):
+            while not _completed_post_runs(uri):
                 assert time.monotonic() < deadline, f"no completed post-run flow run for the {name} run"
                 time.sleep(0.5)
     finally:
