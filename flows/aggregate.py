@@ -9,7 +9,6 @@ the CLI prints the same lines as ``--direct``.
 from __future__ import annotations
 
 import shutil
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,7 +16,7 @@ from typing import Any
 from prefect import flow
 
 from gymflow import aggregate as core
-from gymflow import locking, pipeline, provenance, storage
+from gymflow import locking, pipeline, provenance, scratch, storage
 from gymflow.aggregate import AggregateOptions, AggregateOutcome
 from gymflow.config import RunnerConfig
 from gymflow.flows._annotations import Returned, unwalked
@@ -76,7 +75,7 @@ def _aggregated(options: AggregateOptions, progress: Callable[[int], None] | Non
         lines.append(core.up_to_date_line(options))
         _publish(outcome)
         return FlowOutcome(outcome, lines)
-    spool_dir = tempfile.mkdtemp(prefix="gymflow-aggregate-")
+    spool_dir = scratch.scratch_dir("aggregate")
     merged = None
     try:
         scan = tasks.scan_shard.with_options(refresh_cache=not options.use_cache)  # --no-cache: redo all

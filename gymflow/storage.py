@@ -24,7 +24,6 @@ import logging
 import os
 import re
 import stat
-import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -36,6 +35,7 @@ from typing import Any, BinaryIO, cast
 import fsspec  # type: ignore[import-untyped]
 from fsspec.core import url_to_fs  # type: ignore[import-untyped]
 
+from gymflow import scratch
 from gymflow.errors import InputError, StorageError
 from gymflow.storage_faults import (
     URL_SCHEME,
@@ -565,7 +565,7 @@ def write_atomic_lines(url: str, chunks: Iterable[bytes]) -> tuple[str, int]:
         else:
             # Stage on local disk, then upload once: object stores have no rename, and a single
             # put (multipart for big files) only becomes visible when complete.
-            with tempfile.TemporaryDirectory(prefix="gymflow-upload-") as staging:
+            with scratch.temporary_dir("upload") as staging:
                 temp = os.path.join(staging, "data")
                 with open(temp, "wb", buffering=2**20) as f:
                     f.writelines(hashing.chunks(chunks))

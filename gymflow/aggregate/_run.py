@@ -11,7 +11,6 @@ import json
 import logging
 import shutil
 import sys
-import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -21,7 +20,7 @@ from typing import Any
 
 import orjson
 
-from gymflow import locking, parallel, provenance, storage
+from gymflow import locking, parallel, provenance, scratch, storage
 from gymflow.aggregate._merge import write_merged
 from gymflow.aggregate._reduce import Coverage, ReduceSettings, Reduction, key_metrics_lines, reduce_shards
 from gymflow.aggregate._scan import ShardScan, parse_line, paused_gc, resolve_group, scan_shard
@@ -381,7 +380,7 @@ def _run_aggregate(
         echo(up_to_date_line(options))
         outcome.entries = cached_entries(options)
         return outcome
-    spool_dir = tempfile.mkdtemp(prefix="gymflow-aggregate-")
+    spool_dir = scratch.scratch_dir("aggregate")
     try:
         with paused_gc():
             parts = scan_all(shards, options, spool_dir, progress)

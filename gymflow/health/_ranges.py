@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import math
 import os
-import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
 from functools import partial
 from pathlib import PurePath
 
-from gymflow import parallel, storage
+from gymflow import parallel, scratch, storage
 from gymflow.errors import InputError, UsageError
 from gymflow.health._evaluate import RowResult, RunStats, evaluate_line, is_blank
 from gymflow.health._registry import normalize_ignored
@@ -180,7 +179,7 @@ def evaluate_all(plan_: HealthPlan, progress: Progress | None = None) -> HealthR
 
     count = min(plan_.workers, len(plan_.ranges))
     with (
-        tempfile.TemporaryDirectory(prefix="gymflow-health-") as spill_dir,
+        scratch.temporary_dir("health") as spill_dir,
         parallel.Workers(count, what="running rollout health checks") as workers,
     ):
         evaluate = partial(_evaluate_and_spill, ignored=tuple(plan_.ignored), spill_dir=spill_dir)

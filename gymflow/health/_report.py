@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import weakref
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -20,7 +19,7 @@ from dataclasses import dataclass
 from itertools import chain
 from typing import Any
 
-from gymflow import storage
+from gymflow import scratch, storage
 from gymflow.health._evaluate import RowResult, RunStats
 from gymflow.health._registry import ROLLOUT_CHECK_IDS, TASK_CHECK_IDS
 from gymflow.health._runs import Entry, Placement, merge_entries, sort_rows, with_duplicates
@@ -219,7 +218,7 @@ def merge_runs(
     """Merge sorted runs (earlier runs first among equal keys) into the report."""
     reducer = _Reducer(ignored)
     mark_duplicates = "rollout_duplicate_identity" not in reducer.ignored_set
-    fd, path = tempfile.mkstemp(prefix="gymflow-verdicts-", suffix=".jsonl")
+    fd, path = scratch.scratch_file("verdicts", ".jsonl")
     try:
         with open(fd, "w", encoding="utf-8", newline="\n") as out:
             group: list[Entry] = []  # entries sharing one identity: almost always one

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 import weakref
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import orjson
 
-from gymflow import storage
+from gymflow import scratch, storage
 from gymflow.errors import InputError
 
 __all__ = [
@@ -155,7 +154,7 @@ def read_materialized(url: str, warn: Warn) -> Materialized:
     if local:
         path = path.removeprefix("file://")
     else:
-        fd, path = tempfile.mkstemp(prefix="gymflow-materialized-", suffix=".jsonl")
+        fd, path = scratch.scratch_file("materialized", ".jsonl")
         spool = os.fdopen(fd, "wb")
     written = 0
     try:

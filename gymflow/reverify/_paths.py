@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from gymflow import provenance, storage
+from gymflow import provenance, scratch, storage
 
 __all__ = ["OutputPaths", "delete", "derived", "download", "stem_path", "upload"]
 
@@ -52,7 +51,7 @@ class OutputPaths:
         if storage.is_local(final):
             local = final[len("file://") :] if final.startswith("file://") else final
             return cls(final, sidecar, metrics, record, local, derived(local)[0])
-        staging = tempfile.mkdtemp(prefix="gymflow-reverify-")
+        staging = scratch.scratch_dir("reverify")
         local = os.path.join(staging, storage.name(final))
         return cls(final, sidecar, metrics, record, local, derived(local)[0], staging)
 

@@ -17,7 +17,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -30,7 +29,7 @@ from urllib.parse import urlsplit
 import httpx
 import yaml
 
-from gymflow import lifeline
+from gymflow import lifeline, scratch
 from gymflow.errors import GymflowError
 
 DEFAULT_HOST = "127.0.0.1"
@@ -322,7 +321,7 @@ def ensure_servers(
         to_launch.append(server)
     launched: list[_Launched] = []
     unregister: list[Callable[[], None]] = []
-    log_dir = Path(tempfile.mkdtemp(prefix="gymflow-servers-")) if to_launch else None
+    log_dir = Path(scratch.scratch_dir("servers")) if to_launch else None
     try:
         for server in to_launch:
             assert log_dir is not None

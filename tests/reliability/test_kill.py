@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import signal
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -38,8 +39,9 @@ def _big_run(directory: Path, rows: int, padding: int) -> Path:
     return write_rows(directory / "rollouts.jsonl", health_rows(rows, padding=padding))
 
 
-def _kill_when(args: list[str], ready: Callable[[psutil.Process], bool], timeout: float = 60) -> None:
-    """Start the CLI, SIGKILL it once ``ready`` holds, and check that nothing it started survives."""
+def _kill_when(args: list[str], ready: Callable[[psutil.Process], bool], timeout: float = 60) -> int:
+    """Start the CLI, SIGKILL it once ``ready`` holds, and check that nothing it started survives;
+    returns the killed process's pid."""
     process = start(args)
     handle = psutil.Process(process.pid)
     try:
@@ -55,6 +57,7 @@ def _kill_when(args: list[str], ready: Callable[[psutil.Process], bool], timeout
         if process.poll() is None:
             process.kill()
             process.communicate()
+    return process.pid
 
 
 def _workers(count: int) -> Callable[[psutil.Process], bool]:
@@ -97,11 +100,13 @@ def test_health_check_killed(tmp_path: Path, point: str) -> None:
     reference = _reports(reference_dir, HEALTH_REPORTS)
     args = ["eval", "health-check", str(run_dir), "--direct", "--workers", "2"]
     if point == "workers":
-        _kill_when(args, _workers(2))
+        killed = _kill_when(args, _workers(2))
     else:
         # Reports without their record: the kill lands between the reports and the record.
-        _kill_when(args, lambda _: (run_dir / "rollout_verdicts.jsonl").exists())
+        killed = _kill_when(args, lambda _: (run_dir / "rollout_verdicts.jsonl").exists())
     _rerun_matches(args, run_dir, HEALTH_REPORTS, reference)
+    # The killed run's spilled rows outside the outputs are gone too, swept by the rerun.
+    assert not list(Path(tempfile.gettempdir()).glob(f"gymflow-*-{killed}-*"))
     record = json.loads((run_dir / "quality_summary.provenance.json").read_text())
     assert [entry["uri"].rsplit("/", 1)[1] for entry in record["outputs"]] == HEALTH_REPORTS
 

@@ -1,0 +1,75 @@
+"""Local scratch space that a killed run does not leave behind for good.
+
+Every temporary file or directory gymflow makes outside its outputs (spilled rows, spooled
+shards, upload staging, launched servers' logs) is named ``gymflow-<what>-<pid>-<random>`` in the
+system's temporary directory. A run removes its own when it ends; one killed with ``kill -9``
+cannot, so each new scratch entry first removes the entries of processes that no longer exist.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+
+__all__ = ["scratch_dir", "scratch_file", "temporary_dir", "sweep"]
+
+_ENTRY = re.compile(r"^gymflow-[a-z]+-(?P<pid>\d+)-")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        return True
+    return True
+
+
+def sweep(directory: str | None = None) -> list[str]:
+    """Remove the scratch entries of processes that are gone; returns what was removed."""
+    root = directory or tempfile.gettempdir()
+    removed: list[str] = []
+    with suppress(OSError):
+        for name in os.listdir(root):
+            match = _ENTRY.match(name)
+            if match is None or _alive(int(match["pid"])):
+                continue
+            path = os.path.join(root, name)
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                with suppress(OSError):
+                    os.unlink(path)
+            removed.append(path)
+    return removed
+
+
+def _prefix(what: str) -> str:
+    return f"gymflow-{what}-{os.getpid()}-"
+
+
+def scratch_dir(what: str) -> str:
+    """A new directory ``gymflow-<what>-<pid>-...``; the caller removes it when done."""
+    sweep()
+    return tempfile.mkdtemp(prefix=_prefix(what))
+
+
+def scratch_file(what: str, suffix: str = "") -> tuple[int, str]:
+    """A new file ``gymflow-<what>-<pid>-...<suffix>``, as ``tempfile.mkstemp`` returns it."""
+    sweep()
+    return tempfile.mkstemp(prefix=_prefix(what), suffix=suffix)
+
+
+@contextmanager
+def temporary_dir(what: str) -> Iterator[str]:
+    """:func:`scratch_dir` removed when the block ends."""
+    path = scratch_dir(what)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
