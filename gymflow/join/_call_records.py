@@ -182,6 +182,14 @@ def _bad(name: str, value: Any) -> NoReturn:
     fail(name, f"wrong type: {value!r}")
 
 
+def _opt_float(line: Obj, name: str) -> Any:
+    """``line[name]`` as an optional float: the exact JSON type as it is, else pydantic's lax rule."""
+    value = line.get(name)
+    if value is not None and type(value) is not float:
+        return lax_float(value, name)
+    return value
+
+
 def build_record(line: Obj, position: int, *, payloads: bool = True) -> Obj:
     """The ``ModelCallRecord`` of a parsed capture line at non-blank position ``position``.
 
@@ -215,18 +223,10 @@ def build_record(line: Obj, position: int, *, payloads: bool = True) -> Obj:
     status_code = get("status_code")
     if status_code is not None and type(status_code) is not int:
         status_code = lax_int(status_code, "status_code")
-    started = get("started_at")
-    if started is not None and type(started) is not float:
-        started = lax_float(started, "started_at")
-    completed = get("completed_at")
-    if completed is not None and type(completed) is not float:
-        completed = lax_float(completed, "completed_at")
-    latency = get("latency_ms")
-    if latency is not None and type(latency) is not float:
-        latency = lax_float(latency, "latency_ms")
-    ttft = get("latency_ttft_ms")
-    if ttft is not None and type(ttft) is not float:
-        ttft = lax_float(ttft, "latency_ttft_ms")
+    started = _opt_float(line, "started_at")
+    completed = _opt_float(line, "completed_at")
+    latency = _opt_float(line, "latency_ms")
+    ttft = _opt_float(line, "latency_ttft_ms")
     category = get("error_category")
     if category is not None and type(category) is not str:
         _bad("error_category", category)
