@@ -23,7 +23,7 @@ from gymflow.cli.logs import configure_logging
 from gymflow.cli.progress import ProgressBar, progress_bar
 from gymflow.config import AggregateConfig, GymflowConfig
 from gymflow.errors import GymflowError, UsageError
-from gymflow.frozen import FrozenDict, freeze
+from gymflow.frozen import FrozenDict
 
 # flag destination -> key of config/aggregate.yaml (aggregate spec §1.1)
 _FLAGS = {
@@ -151,7 +151,7 @@ def build_options(composed: Composed, config: AggregateConfig) -> Any:
             if pass_majority is None
             else ScoreSpec(pass_majority.score_field, pass_majority.answer_key),
         ),
-        agent_environments=freeze(agent_environments(gym)),
+        agent_environments=agent_environments(gym),
         config_files=config.config_paths,
         health_check=not config.disable_health_check,
         health_check_workers=config.health_check_workers,

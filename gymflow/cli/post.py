@@ -71,7 +71,6 @@ def build_options(
 def post_options(run_dir: str, composed: Composed, config: PostConfig) -> PostOptions:
     from gymflow.aggregate import AggregateOptions
     from gymflow.cli.aggregate import agent_environments
-    from gymflow.frozen import freeze
     from gymflow.health import normalize_ignored
 
     post, reverify = config.post, config.reverify
@@ -82,7 +81,7 @@ def post_options(run_dir: str, composed: Composed, config: PostConfig) -> PostOp
     aggregate = AggregateOptions(
         input_glob="",
         output="",
-        agent_environments=freeze(agent_environments(gym_config)),
+        agent_environments=agent_environments(gym_config),
         config_files=config.config_paths,
         use_cache=use_cache,
     )
