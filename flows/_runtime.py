@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Iterator
-from concurrent.futures import Executor
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -83,13 +82,14 @@ def offloading_runner(config: RunnerConfig, workers: int) -> tuple[TaskRunner[An
 
 
 @contextmanager
-def process_pool(workers: int | None) -> Iterator[Executor | None]:
+def process_pool(workers: int | None, what: str) -> Iterator[parallel.Workers | None]:
     """Worker processes that import gymflow's core only (not Prefect): they start in a fraction
-    of the time Prefect's process runner needs, whose workers each import and connect Prefect."""
+    of the time Prefect's process runner needs, whose workers each import and connect Prefect.
+    ``what`` names the work in the warning when the pool cannot run and the work runs here."""
     if not workers:
         yield None
         return
-    with parallel.pool(workers) as pool:
+    with parallel.Workers(workers, what=what) as pool:
         yield pool
 
 

@@ -79,7 +79,8 @@ def _checked(
         _publish(cached, report_dir)
         return cached
     sha_by_source = [digest.sha256 for digest in inputs]
-    with process_pool(offload_workers and min(offload_workers, len(plan.ranges))) as pool:
+    offload = offload_workers and min(offload_workers, len(plan.ranges))
+    with process_pool(offload, "running rollout health checks") as pool:
         evaluate = tasks.evaluate_range.with_options(refresh_cache=not use_cache)  # --no-cache: redo all
         futures = [
             evaluate.submit(byte_range, plan.ignored, sha_by_source[byte_range.source_index], pool)
@@ -92,8 +93,8 @@ def _checked(
             artifact.advance(1)
             if progress is not None:
                 progress(byte_range.end - byte_range.start)
-    # unwalked(): Prefect would otherwise walk every row of these arguments looking for futures.
-    report = tasks.reduce_report(plan, unwalked(results))
+        # unwalked(): Prefect would otherwise walk every row of these arguments looking for futures.
+        report = tasks.reduce_report(plan, unwalked(results), pool)
     reports = [summary_url, storage.join(report_dir, "rollout_verdicts.jsonl")]
     write = tasks.write_reports.with_options(**lineage(reports, [digest.uri for digest in inputs]))
     outcome = write(plan, unwalked(report), report_dir, inputs, orchestrator(), started_at)

@@ -80,7 +80,7 @@ def _joined(
     ranges = tasks.plan_ranges(settings, workers)
     parts = part_urls(settings, len(ranges))
     try:
-        with process_pool(offload_workers and min(offload_workers, len(ranges))) as pool:
+        with process_pool(offload_workers and min(offload_workers, len(ranges)), "joining rollouts") as pool:
             futures = [
                 tasks.join_range.submit(settings, start, end, part, pool)
                 for (start, end), part in zip(ranges, parts, strict=True)

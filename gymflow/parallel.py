@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pickle
 import signal
+import threading
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
@@ -21,7 +22,7 @@ from gymflow import lifeline
 T = TypeVar("T")
 R = TypeVar("R")
 
-__all__ = ["Workers", "map_ordered", "pool", "submit"]
+__all__ = ["Workers", "map_ordered", "pool"]
 
 
 @contextmanager
@@ -49,7 +50,7 @@ def pool(workers: int) -> ProcessPoolExecutor:
         )
 
 
-def submit(executor: Executor, function: Callable[..., R], *args: Any) -> Future[R]:
+def _submit(executor: Executor, function: Callable[..., R], *args: Any) -> Future[R]:
     """``executor.submit`` with Ctrl-C held back while it may start a worker process."""
     with _ctrl_c_held():
         return executor.submit(function, *args)
@@ -75,13 +76,14 @@ class Workers:
     """Up to ``workers`` processes shared by several rounds of :meth:`map` (started on first
     use, stopped and joined when the ``with`` block ends), or this process when ``workers`` is 1.
     When the pool cannot start or breaks, the rest of the work runs serially, with one warning
-    naming ``what``."""
+    naming ``what``. :meth:`submit` may be called from several threads at once."""
 
     def __init__(self, workers: int, *, what: str) -> None:
         self._workers = workers
         self._what = what
         self._executor: ProcessPoolExecutor | None = None
         self._serial = workers <= 1
+        self._starting = threading.Lock()
 
     def __enter__(self) -> Workers:
         return self
@@ -96,9 +98,32 @@ class Workers:
             executor.__exit__(None, None, None)
 
     def _fall_back(self, message: str) -> None:
+        if self._serial:
+            return  # another thread fell back first
         self._serial = True
         warnings.warn(f"{message}; {self._what} serially.", RuntimeWarning, stacklevel=4)
         self.__exit__()
+
+    def _started(self) -> ProcessPoolExecutor | None:
+        """The pool, started on first use; ``None`` once the work runs serially."""
+        with self._starting:
+            if self._executor is None and not self._serial:
+                try:
+                    self._executor = pool(self._workers)
+                except (OSError, ValueError, NotImplementedError, ImportError) as exc:
+                    self._fall_back(f"Process pool unavailable ({exc})")
+            return self._executor
+
+    def call(self, function: Callable[..., R], *args: Any) -> R:
+        """``function(*args)`` in a worker (here, once the work runs serially); a pool that breaks
+        during the call falls back to running it here."""
+        executor = self._started()
+        if executor is not None:
+            try:
+                return _submit(executor, function, *args).result()
+            except (BrokenProcessPool, pickle.PicklingError) as exc:
+                self._fall_back(f"Process pool failed ({exc})")
+        return function(*args)
 
     def map(
         self, function: Callable[[T], R], items: Sequence[T], *, done: Callable[[T, R], None] | None = None
@@ -116,14 +141,11 @@ class Workers:
 
         if self._serial or len(items) <= 1:
             return serially()
-        if self._executor is None:
-            try:
-                self._executor = pool(self._workers)
-            except (OSError, ValueError, NotImplementedError, ImportError) as exc:
-                self._fall_back(f"Process pool unavailable ({exc})")
-                return serially()
+        executor = self._started()
+        if executor is None:
+            return serially()
         try:
-            futures = [submit(self._executor, function, item) for item in items]
+            futures = [_submit(executor, function, item) for item in items]
             for item, future in zip(items, futures, strict=True):
                 result = future.result()
                 if done is not None:

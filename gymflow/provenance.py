@@ -13,7 +13,9 @@ import importlib.metadata
 import logging
 import os
 import platform
-from collections.abc import Iterator, Mapping, Sequence
+import threading
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -58,9 +60,54 @@ class FileCheck(NamedTuple):
 
 
 def digest(url: str) -> FileDigest:
-    """Hash the file at ``url`` (streamed) and name it by its record URI."""
+    """Hash the file at ``url`` (streamed) and name it by its record URI; a local file that
+    :func:`prefetch` hashed is not read again while its size and modification time stay the
+    same."""
+    with _prefetch_lock:
+        entry = _prefetched.get(url)
+    if entry is not None:
+        version, future = entry
+        try:
+            found = future.result()
+        except Exception:  # noqa: BLE001 - hashed again below, where the error is raised
+            found = None
+        if found is not None and storage.local_version(url) == version:
+            return found
+    return _hash(url)
+
+
+def _hash(url: str) -> FileDigest:
     sha, count = storage.sha256(url)
     return FileDigest(uri=storage.to_uri(url), sha256=sha, bytes=count)
+
+
+_prefetched: dict[str, tuple[tuple[int, int], Future[FileDigest]]] = {}
+_prefetch_lock = threading.Lock()
+
+
+def prefetch(urls: Iterable[str]) -> None:
+    """Start hashing the local files among ``urls`` on a background thread, so the hashing
+    overlaps whatever this process does before it needs the digests (importing Prefect takes
+    longer than hashing most inputs). Remote and missing files are left to :func:`digest`."""
+    pending: list[tuple[str, Future[FileDigest]]] = []
+    with _prefetch_lock:
+        for url in urls:
+            version = storage.local_version(url)
+            if version is None or _prefetched.get(url, ((-1, -1), None))[0] == version:
+                continue
+            future: Future[FileDigest] = Future()
+            _prefetched[url] = (version, future)
+            pending.append((url, future))
+    if pending:
+        threading.Thread(target=_hash_each, args=(pending,), name="gymflow-prefetch", daemon=True).start()
+
+
+def _hash_each(pending: Sequence[tuple[str, Future[FileDigest]]]) -> None:
+    for url, future in pending:
+        try:
+            future.set_result(_hash(url))
+        except BaseException as exc:  # noqa: BLE001 - handed to digest(), which hashes again
+            future.set_exception(exc)
 
 
 def redact(params: Mapping[str, Any]) -> dict[str, Any]:

@@ -112,6 +112,19 @@ def is_local(url: str) -> bool:
     return _local_path(url) is not None
 
 
+def local_version(url: str) -> tuple[int, int] | None:
+    """(size, modification time in ns) of a local file, which changes when its bytes are
+    rewritten; ``None`` for a remote URL or a file that cannot be stat'ed."""
+    local = _local_path(url)
+    if local is None:
+        return None
+    try:
+        stat = os.stat(local)
+    except OSError:
+        return None
+    return stat.st_size, stat.st_mtime_ns
+
+
 def filesystem(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
     """The fsspec filesystem for ``url`` (with the configured options) and the stripped path."""
     protocol = _protocol(url)

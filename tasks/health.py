@@ -9,7 +9,6 @@ as Prefect assets (the flow names them per run), with the inputs as their depend
 from __future__ import annotations
 
 from collections.abc import Sequence
-from concurrent.futures import Executor
 from typing import Any
 
 from prefect import task
@@ -45,16 +44,18 @@ def _range_key(context: TaskRunContext, parameters: dict[str, Any]) -> str:
 
 @task(name="evaluate-range", cache_key_fn=_range_key, persist_result=True, **IO_RETRIES)
 def evaluate_range(
-    byte_range: ByteRange, ignored: Sequence[str], input_sha256: str, pool: Executor | None = None
+    byte_range: ByteRange, ignored: Sequence[str], input_sha256: str, pool: parallel.Workers | None = None
 ) -> RangeResult:
     if pool is None:
         return health.evaluate_range(byte_range, ignored)
-    return parallel.submit(pool, health.evaluate_range, byte_range, tuple(ignored)).result()
+    return pool.call(health.evaluate_range, byte_range, tuple(ignored))
 
 
 @task(name="reduce-report", cache_policy=NO_CACHE)
-def reduce_report(plan: HealthPlan, results: Sequence[RangeResult]) -> HealthReport:
-    return health.finish(plan, results)
+def reduce_report(
+    plan: HealthPlan, results: Sequence[RangeResult], pool: parallel.Workers | None = None
+) -> HealthReport:
+    return health.finish(plan, results, pool)
 
 
 @materialize("gymflow://health-reports", name="write-reports", cache_policy=NO_CACHE, **IO_RETRIES)

@@ -11,8 +11,6 @@ with backoff.
 
 from __future__ import annotations
 
-from concurrent.futures import Executor
-
 from prefect import task
 from prefect.assets import materialize
 from prefect.cache_policies import NO_CACHE
@@ -41,11 +39,11 @@ def plan_ranges(settings: JoinSettings, workers: int) -> list[tuple[int, int]]:
 
 @task(name="join-range", cache_policy=NO_CACHE)
 def join_range(
-    settings: JoinSettings, start: int, end: int, part_url: str, pool: Executor | None = None
+    settings: JoinSettings, start: int, end: int, part_url: str, pool: parallel.Workers | None = None
 ) -> JoinStats:
     if pool is None:
         return core.join_range(settings, start, end, part_url)
-    return parallel.submit(pool, core.join_range, settings, start, end, part_url).result()
+    return pool.call(core.join_range, settings, start, end, part_url)
 
 
 @materialize("gymflow://joined-rollouts", name="concatenate-parts", cache_policy=NO_CACHE, **IO_RETRIES)

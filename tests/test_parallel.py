@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 
@@ -53,3 +55,25 @@ def test_a_failing_item_cancels_the_work_not_yet_started(tmp_path: Path) -> None
     # Only the items already handed to the workers (running or queued for them) still run.
     assert len(list(tmp_path.iterdir())) <= 8
     assert _workers() == []
+
+
+def _exit_in_a_worker(value: int, parent: int) -> int:
+    if os.getpid() != parent:
+        os._exit(3)  # the worker dies: the pool breaks
+    return value + 1
+
+
+def test_calls_from_many_threads_share_one_pool() -> None:
+    with parallel.Workers(2, what="squaring") as workers, ThreadPoolExecutor(4) as threads:
+        results = list(threads.map(lambda value: workers.call(_square, value), range(8)))
+        assert len(_workers()) == 2
+    assert results == [value * value for value in range(8)]
+    assert _workers() == []
+
+
+def test_a_call_whose_pool_breaks_runs_here_with_one_warning() -> None:
+    with parallel.Workers(2, what="adding") as workers:
+        with pytest.warns(RuntimeWarning, match="Process pool failed .*; adding serially"):
+            assert workers.call(_exit_in_a_worker, 1, os.getpid()) == 2
+        assert workers.call(_exit_in_a_worker, 5, os.getpid()) == 6  # serial from now on
+        assert _workers() == []

@@ -70,6 +70,31 @@ def test_digest_is_the_sha256_of_the_bytes_and_an_absolute_file_uri(
         d.bytes = 5  # type: ignore[misc]
 
 
+def test_a_prefetched_digest_is_used_only_while_the_file_is_unchanged(tmp_path: Path) -> None:
+    path = tmp_path / "x.jsonl"
+    path.write_bytes(b"abc\n")
+    provenance.prefetch([str(path)])
+    assert provenance.digest(str(path)).sha256 == hashlib.sha256(b"abc\n").hexdigest()
+    path.write_bytes(b"abd\n")  # same size: the modification time tells
+    stat = path.stat()
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
+    assert provenance.digest(str(path)).sha256 == hashlib.sha256(b"abd\n").hexdigest()
+    provenance.prefetch([str(path)])
+    path.write_bytes(b"longer\n")
+    assert provenance.digest(str(path)) == provenance.FileDigest(
+        path.as_uri(), hashlib.sha256(b"longer\n").hexdigest(), 7
+    )
+
+
+def test_a_prefetched_file_that_went_missing_fails_as_without_prefetch(tmp_path: Path) -> None:
+    path = tmp_path / "gone.jsonl"
+    path.write_bytes(b"abc\n")
+    provenance.prefetch([str(path), str(tmp_path / "never.jsonl"), "s3://bucket/remote.jsonl"])
+    path.unlink()
+    with pytest.raises(InputError):
+        provenance.digest(str(path))
+
+
 def test_canonical_json_sorts_keys_compactly_in_utf8() -> None:
     assert provenance.canonical_json({"b": [1, {"d": 2, "c": "é"}], "a": None}) == (
         '{"a":null,"b":[1,{"c":"é","d":2}]}'.encode()

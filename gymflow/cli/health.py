@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from functools import partial
 from typing import TYPE_CHECKING
 
-from gymflow import storage
+from gymflow import provenance, storage
 from gymflow.cli.config import compose, configure_storage, flags_given, prepare_prefect, recording
 from gymflow.cli.logs import configure_logging
 from gymflow.cli.progress import progress_bar
@@ -168,6 +168,7 @@ def _run_flow(
     use_cache: bool,
     verbose: bool,
 ) -> HealthOutcome:
+    provenance.prefetch([path])  # hashes while Prefect is imported
     prepare_prefect(config, verbose)
     from gymflow.flows._annotations import Returned
     from gymflow.flows._runtime import offloading_runner, run_flow

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
 from functools import partial
@@ -23,7 +23,7 @@ from gymflow.errors import InputError, UsageError
 from gymflow.health._evaluate import RowResult, RunStats, evaluate_line, is_blank
 from gymflow.health._registry import normalize_ignored
 from gymflow.health._report import HealthReport, merge_runs
-from gymflow.health._runs import Placement, RowWriter, SortedRun, read_spilled_rows, sort_rows
+from gymflow.health._runs import Placement, RowWriter, SortedRun, read_spilled_rows, sort_rows, unpack_rows
 from gymflow.health._vocabulary import CheckId
 
 Progress = Callable[[int], None]
@@ -46,15 +46,19 @@ class ByteRange:
 
 @dataclass(frozen=True, slots=True)
 class RangeResult:
-    """The rows of one range in input order, with range-local numbering: held in ``rows``, or
-    (from :func:`evaluate_all`) spilled to the local file ``spill``."""
+    """The rows of one range in input order, with range-local numbering: packed into bytes (a
+    result that crosses processes and persists cheaply), or (from :func:`evaluate_all`) spilled
+    to the local file ``spill``."""
 
     byte_range: ByteRange
-    rows: list[RowResult]
+    packed: bytes
     physical_lines: int
     stats: RunStats
     row_count: int
     spill: str | None = None
+
+    def rows(self) -> Iterator[RowResult]:
+        return unpack_rows(self.packed) if self.spill is None else read_spilled_rows(self.spill)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,28 +105,33 @@ def evaluate_range(
     byte_range: ByteRange, ignored: Sequence[str], progress: Progress | None = None, spill: str | None = None
 ) -> RangeResult:
     """Evaluate every non-blank line starting in one byte range, with range-local numbering; the
-    rows are kept in the result, or written to the local file ``spill`` as they come."""
+    rows are packed into the result, or written to the local file ``spill`` as they come."""
     ignored_set = frozenset(ignored)
-    rows: list[RowResult] = []
     stats = RunStats()
     physical = count = 0
     with RowWriter(spill) as writer:
-        keep = rows.append if spill is None else writer.add
         for _, line in storage.iter_lines(byte_range.path, byte_range.start, byte_range.end):
             physical += 1
             if not is_blank(line):
-                keep(evaluate_line(line, physical, count, ignored_set, stats))
+                writer.add(evaluate_line(line, physical, count, ignored_set, stats))
                 count += 1
             if progress is not None:
                 progress(len(line))
-    return RangeResult(byte_range, rows, physical, stats, count, spill)
+    return RangeResult(byte_range, writer.packed, physical, stats, count, spill)
 
 
 def finish(
     plan_: HealthPlan, results: Sequence[RangeResult], workers: parallel.Workers | None = None
 ) -> HealthReport:
     """Place range-local rows in input order, sort each range's rows into a run (in ``workers``
-    when given) and merge the runs into the report."""
+    when given, into local files) and merge the runs into the report."""
+    with scratch.temporary_dir("health-runs") as runs_dir:
+        return _finish(plan_, results, workers, runs_dir)
+
+
+def _finish(
+    plan_: HealthPlan, results: Sequence[RangeResult], workers: parallel.Workers | None, runs_dir: str
+) -> HealthReport:
     ordered = sorted(results, key=lambda r: (r.byte_range.source_index, r.byte_range.start))
     jobs: list[_SortJob] = []
     stats = RunStats()
@@ -136,7 +145,8 @@ def finish(
         # The name comes from this run's plan: a cached range result may have been computed
         # from the same bytes under another path.
         placement = Placement(source, source_file_name(plan_.paths[source]), line_offset, ordinal_offset)
-        jobs.append((result, placement))
+        run_file = result.spill + ".sorted" if result.spill else os.path.join(runs_dir, f"run-{len(jobs)}")
+        jobs.append((result, placement, None if workers is None else run_file))
         line_offset += result.physical_lines
         ordinal_offset += result.row_count
     if workers is None:
@@ -146,14 +156,13 @@ def finish(
     return merge_runs([run.entries() for run in runs], plan_.ignored, stats)
 
 
-_SortJob = tuple[RangeResult, Placement]
+_SortJob = tuple[RangeResult, Placement, str | None]
+"""A range's rows, where they stand, and the local file for their sorted run (in a worker)."""
 
 
 def _sort_job(job: _SortJob) -> SortedRun:
-    result, placement = job
-    if result.spill is None:
-        return sort_rows(result.rows, placement)
-    return sort_rows(read_spilled_rows(result.spill), placement, spill=result.spill + ".sorted")
+    result, placement, run_file = job
+    return sort_rows(result.rows(), placement, spill=run_file)
 
 
 def _sorted(job: _SortJob, _: SortedRun) -> None:

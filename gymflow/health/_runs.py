@@ -9,6 +9,7 @@ merging them holds one batch per run, never the rows.
 from __future__ import annotations
 
 import heapq
+import io
 import json
 import pickle
 from collections.abc import Iterable, Iterator, Sequence
@@ -26,6 +27,7 @@ __all__ = [
     "RowWriter",
     "read_spilled_rows",
     "sort_rows",
+    "unpack_rows",
     "with_duplicates",
 ]
 
@@ -131,12 +133,16 @@ class SortedRun:
 
 def _read_batches(path: str) -> Iterator[Any]:
     with open(path, "rb") as handle:
-        while True:
-            try:
-                batch = pickle.load(handle)
-            except EOFError:
-                return
-            yield from batch
+        yield from _load_batches(handle)
+
+
+def _load_batches(handle: BinaryIO) -> Iterator[Any]:
+    while True:
+        try:
+            batch = pickle.load(handle)
+        except EOFError:
+            return
+        yield from batch
 
 
 def _write_batches(items: Sequence[Any], path: str) -> None:
@@ -146,11 +152,13 @@ def _write_batches(items: Sequence[Any], path: str) -> None:
 
 
 class RowWriter:
-    """Writes rows, in batches, to a local file (or nowhere, for ``path=None``)."""
+    """Writes rows, in batches, to a local file, or (``path=None``) packs them into bytes."""
 
     def __init__(self, path: str | None) -> None:
-        self._handle: BinaryIO | None = None if path is None else open(path, "wb")  # noqa: SIM115
+        self._handle: BinaryIO = io.BytesIO() if path is None else open(path, "wb")  # noqa: SIM115
         self._batch: list[RowResult] = []
+        self.packed = b""
+        """The rows, once closed, when they were not written to a file (see :func:`unpack_rows`)."""
 
     def __enter__(self) -> RowWriter:
         return self
@@ -161,21 +169,27 @@ class RowWriter:
             self._flush()
 
     def _flush(self) -> None:
-        if self._handle is not None and self._batch:
+        if self._batch:
             pickle.dump(self._batch, self._handle, protocol=pickle.HIGHEST_PROTOCOL)
         self._batch = []
 
     def __exit__(self, *exc: object) -> None:
-        if self._handle is not None:
-            try:
-                self._flush()
-            finally:
-                self._handle.close()
+        try:
+            self._flush()
+            if isinstance(self._handle, io.BytesIO):
+                self.packed = self._handle.getvalue()
+        finally:
+            self._handle.close()
 
 
 def read_spilled_rows(path: str) -> Iterator[RowResult]:
-    """The rows a :class:`RowWriter` wrote, one at a time."""
+    """The rows a :class:`RowWriter` wrote to ``path``, one at a time."""
     return _read_batches(path)
+
+
+def unpack_rows(packed: bytes) -> Iterator[RowResult]:
+    """The rows a :class:`RowWriter` packed, one at a time."""
+    return _load_batches(io.BytesIO(packed))
 
 
 def sort_rows(rows: Iterable[RowResult], placement: Placement, spill: str | None = None) -> SortedRun:
