@@ -11,7 +11,9 @@ import hashlib
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any, TypedDict
+from uuid import UUID
 
+from prefect import get_client
 from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
 from prefect.assets import Asset
 from prefect.runtime import flow_run
@@ -56,7 +58,9 @@ def publish(
     inputs: Sequence[provenance.FileDigest],
     reports: Mapping[str, str],
 ) -> None:
-    """The three artifact kinds of a run (also for a cached run: it links the reports it found)."""
+    """The run's tags and its three artifact kinds (also for a cached run: it links the reports it
+    found)."""
+    _tag(command, location)
     key = artifact_key(command, location)
     uris = {label: storage.to_uri(url) for label, url in reports.items()}
     links = "\n".join(f"- {label}: [{uri}]({uri})" for label, uri in uris.items())
@@ -72,6 +76,21 @@ def publish(
         create_link_artifact(
             uri, link_text=label, key=f"{key}-link-{slug}"[:120], description=f"{command}: {label}"
         )
+
+
+def _tag(command: str, location: str) -> None:
+    """Tag the flow run with the command and the run's name (the directory of ``location``).
+
+    Set on the run itself, not through ``prefect.tags``: every task run would inherit those and
+    ask the server for a concurrency slot of each tag before it starts (seconds per step)."""
+    run_id = flow_run.get_id()
+    if run_id is None:
+        return
+    uri = storage.to_uri(location).rstrip("/")
+    run_name = storage.name(storage.parent(uri) if uri.endswith((".json", ".jsonl")) else uri)
+    tags = sorted({*flow_run.get_tags(), command, run_name})
+    with get_client(sync_client=True) as client:
+        client.update_flow_run(UUID(run_id), tags=tags)
 
 
 def record_inputs(record_url: str) -> list[provenance.FileDigest]:

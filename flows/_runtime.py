@@ -63,15 +63,6 @@ def prefect_api(startup_timeout_s: float | None = None) -> Iterator[str]:
             del os.environ["PREFECT_API_URL"]
 
 
-def shard_runner(config: RunnerConfig, workers: int) -> TaskRunner[Any]:
-    """For aggregate's shard tasks: threads here (a shard's scan result is large: handing it back
-    from one of Prefect's process workers, each importing and connecting Prefect, costs more than
-    the scan), or the Dask runner."""
-    if config.kind == "dask":
-        return task_runner(config, workers)
-    return ThreadPoolTaskRunner(max_workers=workers)
-
-
 def offloading_runner(config: RunnerConfig, workers: int) -> tuple[TaskRunner[Any], int | None]:
     """For flows whose tasks hand CPU work to a process pool of the flow's own (see
     :func:`process_pool`): Prefect tasks on threads plus ``workers`` lean processes here, or

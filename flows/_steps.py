@@ -12,7 +12,7 @@ from gymflow import storage
 from gymflow.aggregate import AggregateOptions, AggregateOutcome
 from gymflow.config import RunnerConfig
 from gymflow.flows._annotations import Returned
-from gymflow.flows._runtime import offloading_runner, shard_runner
+from gymflow.flows._runtime import offloading_runner
 from gymflow.health import HealthOutcome
 from gymflow.join import JoinResult, JoinSettings
 from gymflow.pipeline import Echo
@@ -32,9 +32,12 @@ class FlowSteps:
     def aggregate(self, options: AggregateOptions, echo: Echo) -> AggregateOutcome:
         from gymflow.flows.aggregate import FlowOutcome, aggregate_flow
 
-        subflow = aggregate_flow.with_options(task_runner=shard_runner(self.runner, self.workers))
-        returned: Returned[FlowOutcome] = subflow(
-            options=options, storage_options=storage.current_options(), progress=self.progress
+        runner, offload = offloading_runner(self.runner, self.workers)
+        returned: Returned[FlowOutcome] = aggregate_flow.with_options(task_runner=runner)(
+            options=options,
+            storage_options=storage.current_options(),
+            progress=self.progress,
+            offload_workers=offload,
         )
         result = returned.result
         for line in result.console_lines:

@@ -21,6 +21,7 @@ from gymflow.aggregate import AggregateOptions, AggregateOutcome
 from gymflow.config import RunnerConfig
 from gymflow.flows._annotations import Returned, unwalked
 from gymflow.flows._publish import lineage, orchestrator, publish, record_inputs
+from gymflow.flows._runtime import process_pool
 from gymflow.tasks import aggregate as tasks
 
 
@@ -51,14 +52,20 @@ def aggregate_flow(
     options: AggregateOptions,
     storage_options: dict[str, Any] | None = None,
     progress: Callable[[int], None] | None = None,
+    offload_workers: int | None = None,
 ) -> Returned[FlowOutcome]:
-    """Merge the shards of ``options.input_glob`` into ``options.output`` and compute the metrics."""
+    """Merge the shards of ``options.input_glob`` into ``options.output`` and compute the metrics.
+
+    With ``offload_workers``, shard tasks hand the reading of local shards to that many
+    core-only processes."""
     storage.configure(storage_options or {})
     with locking.run_lock(options.output, core.COMMAND):
-        return Returned(_aggregated(options, progress))
+        return Returned(_aggregated(options, progress, offload_workers))
 
 
-def _aggregated(options: AggregateOptions, progress: Callable[[int], None] | None) -> FlowOutcome:
+def _aggregated(
+    options: AggregateOptions, progress: Callable[[int], None] | None, offload_workers: int | None
+) -> FlowOutcome:
     """The flow's work once the lock of its output is held."""
     lines: list[str] = []
     started_at = provenance.timestamp()
@@ -76,26 +83,30 @@ def _aggregated(options: AggregateOptions, progress: Callable[[int], None] | Non
         _publish(outcome)
         return FlowOutcome(outcome, lines)
     spool_dir = scratch.scratch_dir("aggregate")
-    merged = None
+    # Remote shards are read here: network-bound, and their storage options stay in this process.
+    offload = offload_workers if all(storage.is_local(shard) for shard in shards) else None
     try:
-        scan = tasks.scan_shard.with_options(refresh_cache=not options.use_cache)  # --no-cache: redo all
-        futures = [
-            scan.submit(shard, index, options, spool_dir, storage.current_options(), unwalked(digests))
-            for index, shard in enumerate(shards)
-        ]
-        parts = []
-        for future in futures:
-            parts.append(future.result())
-            if progress is not None:
-                progress(parts[-1].scan.nbytes)
+        with process_pool(offload and min(offload, len(shards)), "reading shards") as pool:
+            scan = tasks.scan_shard.with_options(refresh_cache=not options.use_cache)  # --no-cache: redo all
+            # The digests are a few small records: passed plain (a quoted argument of a submitted
+            # task reaches a Dask worker as a bare tuple).
+            where = storage.current_options()
+            futures = [
+                scan.submit(shard, index, options, spool_dir, where, digests, pool)
+                for index, shard in enumerate(shards)
+            ]
+            parts = []
+            for future in futures:
+                parts.append(future.result())
+                if progress is not None:
+                    progress(parts[-1].scan.nbytes)
         lines.append(core.loaded_line(parts))
         if options.merge_shards:
             lines.append(f"Merging shards into {options.output}")
-            merged = tasks.merge_shards(unwalked(parts), options.output)
+        # unwalked(): Prefect would otherwise walk every per-row number of these arguments.
+        reduction, merged = tasks.merge_and_reduce(unwalked(parts), options)
     finally:
         shutil.rmtree(spool_dir, ignore_errors=True)
-    # unwalked(): Prefect would otherwise walk every per-row number of these arguments for futures.
-    reduction = tasks.reduce_metrics(unwalked(parts), options)
     if options.server_metrics:
         reduction = tasks.server_metrics(unwalked(reduction), options, shards)
     outputs = [options.metrics_path, options.record_path] + ([options.output] if merged else [])
@@ -113,7 +124,7 @@ def aggregate_command(
     workers: int,
     storage_options: dict[str, Any] | None = None,
     progress: Callable[[int], None] | None = None,
-) -> FlowOutcome:
+) -> Returned[FlowOutcome]:
     """``gymflow eval aggregate``: merge and metrics, then the health check (each a subflow)."""
     from gymflow.flows._steps import FlowSteps
 
@@ -121,4 +132,4 @@ def aggregate_command(
     lines: list[str] = []
     steps = FlowSteps(step_runner, workers, progress)
     outcome, _, _ = pipeline.aggregate_then_health(options, steps, lines.append)
-    return FlowOutcome(outcome, lines)
+    return Returned(FlowOutcome(outcome, lines))  # every group's metrics: Prefect must not walk them

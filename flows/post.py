@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from prefect import flow, tags
+from prefect import flow
 from prefect.runtime import flow_run
 
 from gymflow import pipeline, storage
@@ -42,8 +42,7 @@ def post_flow(
     """Aggregate, join, health-check and reverify the run at ``options.run``, as configured."""
     storage.configure(storage_options or {})
     lines: list[str] = []
-    with tags("eval post", storage.name(options.run.rstrip("/"))):
-        summary = pipeline.run_post(options, FlowSteps(step_runner, workers), lines.append)
+    summary = pipeline.run_post(options, FlowSteps(step_runner, workers), lines.append)
     reports = {f"{step.name}: {label}": url for step in summary.steps for label, url in step.reports.items()}
     records = [url for url in reports.values() if storage.isfile(_record_of(url))]
     inputs = list({item.uri: item for url in records for item in record_inputs(_record_of(url))}.values())

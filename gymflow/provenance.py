@@ -102,6 +102,18 @@ def prefetch(urls: Iterable[str]) -> None:
         threading.Thread(target=_hash_each, args=(pending,), name="gymflow-prefetch", daemon=True).start()
 
 
+def remember(url: str, known: FileDigest) -> None:
+    """The digest of a local file this process has just written (and hashed while writing), so
+    :func:`digest` does not read it again while it stays unchanged."""
+    version = storage.local_version(url)
+    if version is None:
+        return
+    future: Future[FileDigest] = Future()
+    future.set_result(known)
+    with _prefetch_lock:
+        _prefetched[url] = (version, future)
+
+
 def _hash_each(pending: Sequence[tuple[str, Future[FileDigest]]]) -> None:
     for url, future in pending:
         try:

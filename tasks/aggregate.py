@@ -3,8 +3,9 @@
 ``prehash`` digests every input (shards, their sidecars, config files) once: the up-to-date check
 and the shard tasks' cache keys both use it. One task per shard reads it (parse, per-row facts,
 sidecars), cached by the SHA-256 of the shard and its sidecars and the output-affecting options,
-so after one shard changes a rerun reads only that shard. ``merge-shards`` writes the merged file;
-``reduce-metrics`` computes every group's metrics; ``server-metrics`` asks the resources servers
+so after one shard changes a rerun reads only that shard. ``merge-and-reduce`` computes every
+group's metrics while it writes the merged file (not retried: a failing reduce would fail again,
+and a rerun reads the shards from the cache); ``server-metrics`` asks the resources servers
 (``--server-metrics``); ``write-outputs`` writes the metrics file and the provenance record and
 materialises the outputs as Prefect assets (the flow names them, with the inputs as their
 dependencies). I/O tasks retry with backoff; the reduce does not.
@@ -19,7 +20,7 @@ from prefect import task
 from prefect.assets import materialize
 from prefect.cache_policies import NO_CACHE
 
-from gymflow import aggregate, storage
+from gymflow import aggregate, parallel, storage
 from gymflow.aggregate import AggregateOptions, Reduction, ShardPart
 from gymflow.provenance import FileDigest
 from gymflow.tasks._cache import content_key
@@ -72,19 +73,19 @@ def scan_shard(
     spool_dir: str,
     storage_options: dict[str, Any],
     digests: Digests,
+    pool: parallel.Workers | None = None,
 ) -> ShardPart:
+    if pool is not None:
+        return pool.call(aggregate.scan_part, shard, index, options, spool_dir)
     storage.configure(storage_options)
     return aggregate.scan_part(shard, index, options, spool_dir)
 
 
-@task(name="merge-shards", cache_policy=NO_CACHE, **IO_RETRIES)
-def merge_shards(parts: Sequence[ShardPart], output: str) -> FileDigest:
-    return aggregate.write_merged([part.scan for part in parts], output)
-
-
-@task(name="reduce-metrics", cache_policy=NO_CACHE)
-def reduce_metrics(parts: Sequence[ShardPart], options: AggregateOptions) -> Reduction:
-    return aggregate.reduce_shards([p.scan for p in parts], [p.sidecars for p in parts], options.settings)
+@task(name="merge-and-reduce", cache_policy=NO_CACHE)
+def merge_and_reduce(
+    parts: Sequence[ShardPart], options: AggregateOptions
+) -> tuple[Reduction, FileDigest | None]:
+    return aggregate.merge_and_reduce(parts, options)
 
 
 @task(name="server-metrics", cache_policy=NO_CACHE, **IO_RETRIES)

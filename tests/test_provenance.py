@@ -86,6 +86,15 @@ def test_a_prefetched_digest_is_used_only_while_the_file_is_unchanged(tmp_path: 
     )
 
 
+def test_a_remembered_digest_holds_until_the_file_changes(tmp_path: Path) -> None:
+    path = tmp_path / "written.jsonl"
+    path.write_bytes(b"abc\n")
+    provenance.remember(str(path), provenance.FileDigest(path.as_uri(), "0" * 64, 4))
+    assert provenance.digest(str(path)).sha256 == "0" * 64  # not read again
+    path.write_bytes(b"abcd\n")
+    assert provenance.digest(str(path)).sha256 == hashlib.sha256(b"abcd\n").hexdigest()
+
+
 def test_a_prefetched_file_that_went_missing_fails_as_without_prefetch(tmp_path: Path) -> None:
     path = tmp_path / "gone.jsonl"
     path.write_bytes(b"abc\n")

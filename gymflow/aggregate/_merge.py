@@ -12,7 +12,7 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import cast
 
-from gymflow import storage
+from gymflow import provenance, storage
 from gymflow.aggregate._scan import ScanRow, ShardScan
 from gymflow.errors import InputError
 from gymflow.jsonline import dumps_exact, loads_exact
@@ -129,4 +129,6 @@ def write_merged(scans: Sequence[ShardScan], output: str) -> FileDigest:
     # The batches are bytes-like (memoryviews of reused buffers), which the writer and the hash
     # take as they take bytes.
     sha256, size = storage.write_atomic_lines(output, cast(Iterator[bytes], merged_lines(scans)))
-    return FileDigest(storage.to_uri(output), sha256, size)
+    merged = FileDigest(storage.to_uri(output), sha256, size)
+    provenance.remember(output, merged)  # the health check that follows need not hash it again
+    return merged

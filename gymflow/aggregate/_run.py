@@ -385,31 +385,38 @@ def _run_aggregate(
         with paused_gc():
             parts = scan_all(shards, options, spool_dir, progress)
         echo(loaded_line(parts))
-        merged: provenance.FileDigest | None = None
-        # The merged file is written (I/O, hashing: the GIL is released) while the metrics are
-        # computed; it is complete before anything else is written, and even if the metrics fail.
-        with (
-            _responsive_threads(),
-            ThreadPoolExecutor(max_workers=1, thread_name_prefix="gymflow-merge") as writer,
-        ):
-            pending = None
-            if options.merge_shards:
-                echo(f"Merging shards into {options.output}")
-                pending = writer.submit(write_merged, [part.scan for part in parts], options.output)
-            try:
-                with paused_gc():
-                    reduction = reduce_shards(
-                        [p.scan for p in parts], [p.sidecars for p in parts], options.settings
-                    )
-            finally:
-                if pending is not None:
-                    merged = pending.result()
+        if options.merge_shards:
+            echo(f"Merging shards into {options.output}")
+        reduction, merged = merge_and_reduce(parts, options)
     finally:
         shutil.rmtree(spool_dir, ignore_errors=True)
     apply_server_metrics(reduction, options, shards)
     write_outputs(parts, reduction, options, orchestrator or {"kind": "direct"}, started_at, merged)
     report_run(reduction, options, outcome, echo)
     return outcome
+
+
+def merge_and_reduce(
+    parts: Sequence[ShardPart], options: AggregateOptions
+) -> tuple[Reduction, provenance.FileDigest | None]:
+    """Every group's metrics, and the merged file when ``options.merge_shards`` (its digest). The
+    merged file is written (I/O and hashing, which release the GIL) while the metrics are
+    computed; it is complete before this returns, even when the metrics fail."""
+    with (
+        _responsive_threads(),
+        ThreadPoolExecutor(max_workers=1, thread_name_prefix="gymflow-merge") as writer,
+    ):
+        pending = None
+        if options.merge_shards:
+            pending = writer.submit(write_merged, [part.scan for part in parts], options.output)
+        try:
+            with paused_gc():
+                reduction = reduce_shards(
+                    [p.scan for p in parts], [p.sidecars for p in parts], options.settings
+                )
+        finally:
+            merged = None if pending is None else pending.result()
+    return reduction, merged
 
 
 def report_run(

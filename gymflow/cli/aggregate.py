@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import Any
 
-from gymflow import storage
+from gymflow import provenance, storage
 from gymflow.cli.config import (
     Composed,
     compose,
@@ -198,27 +198,36 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace, extras: Seque
     return 0
 
 
-def _progress(options: Any) -> ProgressBar | None:
-    """A bar over the shards' bytes, on a terminal only."""
+def _shards(options: Any) -> list[str]:
+    """The shards the run will read, or none when selecting them fails (the run reports it)."""
     from gymflow.aggregate import select_shards
 
     try:
-        shards = select_shards(options.input_glob, options.output)
+        return select_shards(options.input_glob, options.output)
     except GymflowError:
-        return None  # the command itself reports it
+        return []
+
+
+def _progress(options: Any) -> ProgressBar | None:
+    """A bar over the shards' bytes, on a terminal only."""
+    shards = _shards(options)
+    if not shards:
+        return None
     return progress_bar(sum(storage.size(shard) for shard in shards), "aggregate")
 
 
 def _run_flow(settings: GymflowConfig, options: Any, verbose: bool, bar: ProgressBar | None) -> None:
+    provenance.prefetch(_shards(options))  # hashes while Prefect is imported
     prepare_prefect(settings, verbose)
     from prefect.task_runners import ThreadPoolTaskRunner
 
+    from gymflow.flows._annotations import Returned
     from gymflow.flows._runtime import run_flow
-    from gymflow.flows.aggregate import aggregate_command
+    from gymflow.flows.aggregate import FlowOutcome, aggregate_command
     from gymflow.health import default_workers
 
     # The command flow only composes subflows, each on the configured runner.
-    outcome = run_flow(
+    returned: Returned[FlowOutcome] = run_flow(
         aggregate_command,
         ThreadPoolTaskRunner(max_workers=1),
         options=options,
@@ -227,5 +236,5 @@ def _run_flow(settings: GymflowConfig, options: Any, verbose: bool, bar: Progres
         storage_options=storage.current_options(),
         progress=bar,
     )
-    for line in outcome.console_lines:
+    for line in returned.result.console_lines:
         _echo(line)

@@ -11,10 +11,11 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Mapping, Sequence
+from contextlib import suppress
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from gymflow import storage
+from gymflow import provenance, storage
 from gymflow.cli.config import Composed, compose, configure_storage, flags_given, prepare_prefect, recording
 from gymflow.cli.logs import configure_logging
 from gymflow.config import PostConfig, PostSection, ReverifySection
@@ -167,6 +168,11 @@ def _print_summary(summary: PipelineSummary, flow_run_url: str | None) -> None:
 
 
 def _run_flow(settings: Any, options: PostOptions, verbose: bool) -> tuple[PipelineSummary, str | None]:
+    if storage.is_local(options.run):  # the local inputs hash while Prefect is imported
+        with suppress(GymflowError):  # a bad pattern is reported by the run itself
+            provenance.prefetch(
+                storage.glob(options.path(options.shards)) or [options.path(options.rollouts)]
+            )
     prepare_prefect(settings, verbose)
     from prefect.task_runners import ThreadPoolTaskRunner
 

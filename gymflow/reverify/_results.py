@@ -66,8 +66,19 @@ def summary(row: Mapping[str, Any]) -> dict[str, Any]:
         "_ng_rollout_index": row.get("_ng_rollout_index"),
         "agent_name": agent_ref.get("name") if isinstance(agent_ref, Mapping) else None,
         "environment_server": row.get("_ng_environment_server"),
+        "taskset": _taskset(row),
     }
     return {k: v for k, v in out.items() if v is not None}
+
+
+def _taskset(row: Mapping[str, Any]) -> str | None:
+    """``task_id.taskset`` of a materialized-task row (``task_id`` an object and ``task_input``
+    present), when it is a non-empty string."""
+    task_id = row.get("task_id")
+    if not isinstance(task_id, Mapping) or "task_input" not in row:
+        return None
+    taskset = task_id.get("taskset")
+    return taskset if isinstance(taskset, str) and taskset else None
 
 
 def alarm_line(row: Mapping[str, Any]) -> str:

@@ -366,3 +366,24 @@ def test_same_file_refused(case: Case) -> None:
     )
     assert len(read_jsonl(case.rollouts_path)) == 9
     _ = write_jsonl
+
+
+def test_the_alarm_line_names_the_taskset_of_a_materialized_task_row() -> None:
+    from gymflow.reverify._results import alarm_line
+
+    row = {
+        "_ng_task_index": 3,
+        "_ng_rollout_index": 1,
+        "agent_ref": {"name": AGENT},
+        "task_id": {"taskset": "mcqa", "id": "q-7"},
+        "task_input": {},
+        "_ng_failure_class": "judge_failed",
+        "_ng_failure_message": "judge timed out",
+    }
+    assert alarm_line(row) == (
+        '🚨 [rollout_reverification] rollout dropped from the score: row={"_ng_rollout_index": 1, '
+        f'"_ng_task_index": 3, "agent_name": "{AGENT}", "taskset": "mcqa"}} '
+        "class=judge_failed error=judge timed out"
+    )
+    flat = {key: value for key, value in row.items() if key != "task_input"}  # no envelope: no taskset
+    assert '"taskset"' not in alarm_line(flat)
