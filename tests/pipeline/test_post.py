@@ -109,6 +109,33 @@ def _artifacts(flow_run_id: str) -> list[Any]:
             )
 
 
+def _tags(flow_run_id: str) -> tuple[list[str], dict[str, list[str]], set[str]]:
+    """The post run's tags, each subflow run's tags by flow-run name, and every tag of their tasks."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import (
+        FlowRunFilter,
+        FlowRunFilterParentFlowRunId,
+        TaskRunFilter,
+        TaskRunFilterFlowRunId,
+    )
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from gymflow.flows import _server
+
+    with temporary_settings(updates={PREFECT_API_URL: _server.api_url()}):
+        with get_client(sync_client=True) as client:
+            post = client.read_flow_run(UUID(flow_run_id))
+            children = client.read_flow_runs(
+                flow_run_filter=FlowRunFilter(parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[post.id]))
+            )
+            ids = [post.id, *(child.id for child in children)]
+            task_runs = client.read_task_runs(
+                task_run_filter=TaskRunFilter(flow_run_id=TaskRunFilterFlowRunId(any_=ids))
+            )
+            subflows = {child.name: sorted(child.tags) for child in children}
+    return sorted(post.tags), subflows, {tag for run in task_runs for tag in run.tags}
+
+
 def _flow_run_id(out: str) -> str:
     line = next(line for line in out.splitlines() if line.strip().startswith("flow run: "))
     return line.rstrip("/").rsplit("/", 1)[1]
@@ -154,6 +181,13 @@ def test_prefect_post_publishes_artifacts_and_reruns_as_cache_hits(
     links = {a.data.rsplit("(", 1)[1].rstrip(")") for a in by_type["markdown"] if a.data.startswith("[")}
     assert (run_dir / "quality_summary.json").as_uri() in links
     assert (run_dir / "quality_summary.provenance.json").as_uri() in links
+
+    # Flow runs are tagged with their command and the run's name; task runs are not (each tag
+    # would make every task ask the server for a concurrency slot first).
+    post_tags, subflow_tags, task_tags = _tags(_flow_run_id(out))
+    assert post_tags == ["eval-post", "my-run"]
+    assert sorted(subflow_tags.values()) == [["eval-aggregate", "my-run"], ["eval-health-check", "my-run"]]
+    assert task_tags == set()
 
     first = _snapshot(run_dir)
     again = _post([str(run_dir)], capsys)
