@@ -43,21 +43,24 @@ def discover_fields(rows: Sequence[RowFacts]) -> tuple[list[str], set[str]]:
     A field "stays an integer" when every row of the set has it as an int (bools already 0/1): the
     reference's column then keeps an integer dtype, so its max/min print as integers (§3.9).
     """
-    # Rows share a few layouts (tuples of names): work per layout, then per field.
-    layouts: dict[int, tuple[str, ...]] = {}
-    uses: dict[int, int] = {}
-    all_int: dict[int, list[bool]] = {}
+    # Rows share a few layouts (tuples of names): work per layout (its columns transposed in C),
+    # then per field.
+    by_layout: dict[int, list[RowFacts]] = {}
     for row in rows:
-        key = id(row.field_names)
-        flags = all_int.get(key)
-        if flags is None:
-            layouts[key] = row.field_names
-            uses[key] = 0
-            flags = all_int[key] = [True] * len(row.field_names)
-        uses[key] += 1
-        for position, value in enumerate(row.field_values):
-            if flags[position] and type(value) is not int:
-                flags[position] = False
+        same = by_layout.get(id(row.field_names))
+        if same is None:
+            by_layout[id(row.field_names)] = [row]
+        else:
+            same.append(row)
+    layouts = {key: same[0].field_names for key, same in by_layout.items()}
+    uses = {key: len(same) for key, same in by_layout.items()}
+    all_int = {
+        key: [
+            set(map(type, column)) == {int}
+            for column in zip(*(row.field_values for row in same), strict=True)
+        ]
+        for key, same in by_layout.items()
+    }
     order: dict[str, bool] = {}
     counts: dict[str, int] = {}
     for key, names in layouts.items():
@@ -70,6 +73,10 @@ def discover_fields(rows: Sequence[RowFacts]) -> tuple[list[str], set[str]]:
 
 def _columns(rows: Sequence[RowFacts], fields: Sequence[str]) -> dict[str, list[Number | None]]:
     """Per field, its value in each row of the set (None where the row lacks it)."""
+    layout = rows[0].field_names if rows else ()
+    if all(row.field_names is layout for row in rows):  # the usual case: transpose in C
+        transposed = dict(zip(layout, zip(*(row.field_values for row in rows), strict=True), strict=True))
+        return {name: list(transposed[name]) if name in transposed else [None] * len(rows) for name in fields}
     columns: dict[str, list[Number | None]] = {name: [None] * len(rows) for name in fields}
     for index, row in enumerate(rows):
         for name, value in zip(row.field_names, row.field_values, strict=True):
@@ -101,13 +108,15 @@ def _keys(name: str) -> tuple[str, str, str, str, str]:
     return keys
 
 
-def _small_stats(values: list[Number], integral: bool) -> tuple[float, Number, Number, float, float | None]:
+def _small_stats(
+    values: Sequence[Number], integral: bool
+) -> tuple[float, Number, Number, float, float | None]:
     """mean, max, min, median, std (None below 2 values) of fewer than 8 values.
 
     Below 8 values numpy's pairwise sum is a left-to-right loop, and the zeros a pandas column
     holds for rows without the field change nothing in it: summing the present values is exact.
     """
-    floats = [float(value) for value in values]
+    floats = list(map(float, values))
     count = len(floats)
     average = sequential_sum(floats) / count
     high, low = max(values), min(values)
@@ -158,7 +167,7 @@ def set_statistics(rows: Sequence[RowFacts], fields: Sequence[str], integral: se
         for name in fields:
             picked = transposed.get(name)
             if picked is not None:
-                results.append((name, _small_stats(list(picked), name in integral)))
+                results.append((name, _small_stats(picked, name in integral)))
                 in_all.append(name)
     elif n < 8:
         for name, values in _present(rows, fields).items():
@@ -199,7 +208,7 @@ def uniform_plan(layout: tuple[str, ...], fields: Sequence[str], integral: set[s
 def uniform_small_statistics(rows: Sequence[RowFacts], plan: UniformPlan) -> dict[str, Any]:
     """:func:`set_statistics` for fewer than 8 rows that all share one layout (same result)."""
     columns = list(zip(*(row.field_values for row in rows), strict=True))
-    stats = [(keys, _small_stats(list(columns[position]), integral)) for position, integral, keys in plan]
+    stats = [(keys, _small_stats(columns[position], integral)) for position, integral, keys in plan]
     out: dict[str, Any] = {}
     for index in range(4):
         for keys, values in stats:
