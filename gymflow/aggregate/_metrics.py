@@ -99,7 +99,7 @@ def _group_level(scored: list[RowFacts], fields: list[str], integral: set[str]) 
             plan = plans.get(id(layout))
             if plan is None:
                 plan = plans[id(layout)] = uniform_plan(layout, fields, integral)
-            entry.update(uniform_small_statistics(rows, plan))
+            uniform_small_statistics(rows, plan, entry)
         else:
             entry.update(set_statistics(rows, fields, integral))
         entry["sample"] = {"agent_ref": {"name": "agent"}}

@@ -205,18 +205,17 @@ def uniform_plan(layout: tuple[str, ...], fields: Sequence[str], integral: set[s
     return [(position[name], name in integral, _keys(name)) for name in fields if name in position]
 
 
-def uniform_small_statistics(rows: Sequence[RowFacts], plan: UniformPlan) -> dict[str, Any]:
-    """:func:`set_statistics` for fewer than 8 rows that all share one layout (same result)."""
+def uniform_small_statistics(rows: Sequence[RowFacts], plan: UniformPlan, out: dict[str, Any]) -> None:
+    """:func:`set_statistics` for fewer than 8 rows that all share one layout (same result),
+    added to ``out``."""
     columns = list(zip(*(row.field_values for row in rows), strict=True))
     stats = [(keys, _small_stats(columns[position], integral)) for position, integral, keys in plan]
-    out: dict[str, Any] = {}
     for index in range(4):
         for keys, values in stats:
             out[keys[index]] = values[index]
     for keys, values in stats:
         std = values[4]
         out[keys[4]] = 0.0 if std is None else std
-    return out
 
 
 def zero_sem_warning(count: int) -> str:
