@@ -13,6 +13,7 @@ import pytest
 
 from gymflow.cli import main
 from tests.asset_events import asset_events
+from tests.prefect_api import local_client
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "post_run"
 REPORTS = (
@@ -92,47 +93,35 @@ def test_direct_post_without_shards_or_rollouts_is_one_line(
 
 
 def _artifacts(flow_run_id: str) -> list[Any]:
-    from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
-    from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    from gymflow.flows import _server
-
-    with temporary_settings(updates={PREFECT_API_URL: _server.api_url()}):
-        with get_client(sync_client=True) as client:
-            return list(
-                client.read_artifacts(
-                    artifact_filter=ArtifactFilter(
-                        flow_run_id=ArtifactFilterFlowRunId(any_=[UUID(flow_run_id)])
-                    )
-                )
+    with local_client() as client:
+        return list(
+            client.read_artifacts(
+                artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[UUID(flow_run_id)]))
             )
+        )
 
 
 def _tags(flow_run_id: str) -> tuple[list[str], dict[str, list[str]], set[str]]:
     """The post run's tags, each subflow run's tags by flow-run name, and every tag of their tasks."""
-    from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import (
         FlowRunFilter,
         FlowRunFilterParentFlowRunId,
         TaskRunFilter,
         TaskRunFilterFlowRunId,
     )
-    from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    from gymflow.flows import _server
-
-    with temporary_settings(updates={PREFECT_API_URL: _server.api_url()}):
-        with get_client(sync_client=True) as client:
-            post = client.read_flow_run(UUID(flow_run_id))
-            children = client.read_flow_runs(
-                flow_run_filter=FlowRunFilter(parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[post.id]))
-            )
-            ids = [post.id, *(child.id for child in children)]
-            task_runs = client.read_task_runs(
-                task_run_filter=TaskRunFilter(flow_run_id=TaskRunFilterFlowRunId(any_=ids))
-            )
-            subflows = {child.name: sorted(child.tags) for child in children}
+    with local_client() as client:
+        post = client.read_flow_run(UUID(flow_run_id))
+        children = client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[post.id]))
+        )
+        ids = [post.id, *(child.id for child in children)]
+        task_runs = client.read_task_runs(
+            task_run_filter=TaskRunFilter(flow_run_id=TaskRunFilterFlowRunId(any_=ids))
+        )
+        subflows = {child.name: sorted(child.tags) for child in children}
     return sorted(post.tags), subflows, {tag for run in task_runs for tag in run.tags}
 
 

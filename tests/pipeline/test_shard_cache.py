@@ -11,6 +11,7 @@ from uuid import UUID
 import pytest
 
 from gymflow.cli import main
+from tests.prefect_api import local_client
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "post_run"
 
@@ -31,17 +32,12 @@ def _scan_states(flow_run_id: str, count: int = 2, timeout_s: float = 30.0) -> l
 
 
 def _read_scan_states(flow_run_id: str) -> list[str]:
-    from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
-    from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    from gymflow.flows import _server
-
-    with temporary_settings(updates={PREFECT_API_URL: _server.api_url()}):
-        with get_client(sync_client=True) as client:
-            runs = client.read_task_runs(
-                flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[UUID(flow_run_id)]))
-            )
+    with local_client() as client:
+        runs = client.read_task_runs(
+            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[UUID(flow_run_id)]))
+        )
     return [str(run.state.name if run.state else None) for run in runs if run.name.startswith("scan-shard")]
 
 

@@ -13,6 +13,8 @@ import sys
 import time
 from pathlib import Path
 
+from tests.prefect_api import local_client
+
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "post_run"
 
 # An evaluation as a Prefect flow of its own: it writes the run's shards and completes.
@@ -37,7 +39,6 @@ def _wait_for(path: Path, process: subprocess.Popen[str], timeout_s: float, log:
 
 
 def _completed_post_runs(run_uri: str) -> list[str]:
-    from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import (
         FlowFilter,
         FlowFilterName,
@@ -46,18 +47,14 @@ def _completed_post_runs(run_uri: str) -> list[str]:
         FlowRunFilterStateType,
     )
     from prefect.client.schemas.objects import StateType
-    from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    from gymflow.flows import _server
-
-    with temporary_settings(updates={PREFECT_API_URL: _server.api_url()}):
-        with get_client(sync_client=True) as client:
-            runs = client.read_flow_runs(
-                flow_filter=FlowFilter(name=FlowFilterName(any_=["post-run"])),
-                flow_run_filter=FlowRunFilter(
-                    state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.COMPLETED]))
-                ),
-            )
+    with local_client() as client:
+        runs = client.read_flow_runs(
+            flow_filter=FlowFilter(name=FlowFilterName(any_=["post-run"])),
+            flow_run_filter=FlowRunFilter(
+                state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.COMPLETED]))
+            ),
+        )
     return [str(run.id) for run in runs if run.parameters.get("run") == run_uri]
 
 
