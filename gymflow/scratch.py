@@ -50,6 +50,8 @@ def sweep(directory: str | None = None) -> list[str]:
 
 
 def _prefix(what: str) -> str:
+    if not re.fullmatch("[a-z]+", what):  # the sweep must be able to read the pid back
+        raise ValueError(f"scratch names are lowercase letters only, not {what!r}")
     return f"gymflow-{what}-{os.getpid()}-"
 
 

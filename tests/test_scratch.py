@@ -8,6 +8,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import pytest
+
 from gymflow import scratch
 
 
@@ -46,3 +48,8 @@ def test_new_scratch_is_named_by_this_process_and_sweeps_first() -> None:
     os.close(fd)
     assert Path(name).name.startswith(f"gymflow-verdicts-{os.getpid()}-") and name.endswith(".jsonl")
     os.unlink(name)
+
+
+def test_a_name_the_sweep_could_not_read_back_is_refused() -> None:
+    with pytest.raises(ValueError, match="lowercase letters only"):
+        scratch.scratch_dir("health-runs")  # "gymflow-health-runs-<pid>-" has no pid where the sweep looks

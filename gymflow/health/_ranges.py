@@ -125,7 +125,7 @@ def finish(
 ) -> HealthReport:
     """Place range-local rows in input order, sort each range's rows into a run (in ``workers``
     when given, into local files) and merge the runs into the report."""
-    with scratch.temporary_dir("health-runs") as runs_dir:
+    with scratch.temporary_dir("runs") as runs_dir:
         return _finish(plan_, results, workers, runs_dir)
 
 
