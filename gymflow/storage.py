@@ -30,10 +30,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import suppress
 from pathlib import PurePath
-from typing import Any, BinaryIO, cast
-
-import fsspec  # type: ignore[import-untyped]
-from fsspec.core import url_to_fs  # type: ignore[import-untyped]
+from typing import TYPE_CHECKING, Any, BinaryIO, cast
 
 from gymflow import scratch
 from gymflow.errors import InputError, StorageError
@@ -45,10 +42,17 @@ from gymflow.storage_faults import (
     with_timeouts,
 )
 
+if TYPE_CHECKING:
+    import fsspec  # type: ignore[import-untyped]
+
 logger = logging.getLogger(__name__)
 
 CHUNK_SIZE = 8 * 2**20
-"""Bytes per read when streaming (hashing, line iteration)."""
+"""Bytes per range request when streaming a remote file (hashing, line iteration)."""
+
+LOCAL_CHUNK_SIZE = 2**20
+"""Bytes per read when streaming a local file: as fast as larger reads, and each of a pool's
+workers holds one chunk (or two, across a line that straddles them) at a time."""
 
 REMOTE_BLOCK_SIZE = 16 * 2**20
 """Block size of files opened on object stores: few large requests instead of many small ones."""
@@ -126,7 +130,13 @@ def local_version(url: str) -> tuple[int, int] | None:
 
 
 def filesystem(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
-    """The fsspec filesystem for ``url`` (with the configured options) and the stripped path."""
+    """The fsspec filesystem for ``url`` (with the configured options) and the stripped path.
+
+    fsspec is imported here, on first use: a process that reads local files only (a pool worker)
+    never loads it."""
+    import fsspec
+    from fsspec.core import url_to_fs  # type: ignore[import-untyped]
+
     protocol = _protocol(url)
     options: dict[str, Any] = {}
     if protocol not in _LOCAL_PROTOCOLS:
@@ -336,12 +346,13 @@ def _read_exactly(f: BinaryIO, count: int) -> bytes:
 
 
 def _iter_chunks(url: str, start: int = 0) -> Iterator[bytes]:
-    """The bytes of ``url`` from ``start`` on, in chunks of about :data:`CHUNK_SIZE`."""
+    """The bytes of ``url`` from ``start`` on, in chunks of :data:`LOCAL_CHUNK_SIZE` (local) or
+    :data:`CHUNK_SIZE` (remote)."""
     local = _local_path(url)
     if local is not None:
         with guard(url, "read"), _open_regular(url, local, 0) as f:
             f.seek(start)
-            while chunk := f.read(CHUNK_SIZE):
+            while chunk := f.read(LOCAL_CHUNK_SIZE):
                 yield chunk
         return
     fs, path = filesystem(url)
