@@ -76,14 +76,14 @@ class Workers:
     """Up to ``workers`` processes shared by several rounds of :meth:`map` (started on first
     use, stopped and joined when the ``with`` block ends), or this process when ``workers`` is 1.
     When the pool cannot start or breaks, the rest of the work runs serially, with one warning
-    naming ``what``. :meth:`submit` may be called from several threads at once."""
+    naming ``what``. :meth:`call` may be called from several threads at once."""
 
     def __init__(self, workers: int, *, what: str) -> None:
         self._workers = workers
         self._what = what
         self._executor: ProcessPoolExecutor | None = None
         self._serial = workers <= 1
-        self._starting = threading.Lock()
+        self._starting = threading.RLock()  # also held while falling back
 
     def __enter__(self) -> Workers:
         return self
@@ -98,11 +98,12 @@ class Workers:
             executor.__exit__(None, None, None)
 
     def _fall_back(self, message: str) -> None:
-        if self._serial:
-            return  # another thread fell back first
-        self._serial = True
-        warnings.warn(f"{message}; {self._what} serially.", RuntimeWarning, stacklevel=4)
-        self.__exit__()
+        with self._starting:
+            if self._serial:
+                return  # another thread fell back first
+            self._serial = True
+            warnings.warn(f"{message}; {self._what} serially.", RuntimeWarning, stacklevel=4)
+            self.__exit__()
 
     def _started(self) -> ProcessPoolExecutor | None:
         """The pool, started on first use; ``None`` once the work runs serially."""
