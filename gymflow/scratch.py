@@ -15,7 +15,7 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 
-__all__ = ["scratch_dir", "scratch_file", "temporary_dir", "sweep"]
+__all__ = ["discard", "scratch_dir", "scratch_file", "temporary_dir", "sweep"]
 
 _ENTRY = re.compile(r"^gymflow-[a-z]+-(?P<pid>\d+)-")
 
@@ -65,6 +65,12 @@ def scratch_file(what: str, suffix: str = "") -> tuple[int, str]:
     """A new file ``gymflow-<what>-<pid>-...<suffix>``, as ``tempfile.mkstemp`` returns it."""
     sweep()
     return tempfile.mkstemp(prefix=_prefix(what), suffix=suffix)
+
+
+def discard(path: str) -> None:
+    """Remove the scratch file ``path`` if it is still there (a finalizer of what owns it)."""
+    with suppress(FileNotFoundError):
+        os.unlink(path)
 
 
 @contextmanager

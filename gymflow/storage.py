@@ -48,7 +48,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 CHUNK_SIZE = 8 * 2**20
-"""Bytes per range request when streaming a remote file (hashing, line iteration)."""
+"""Bytes per range request when streaming a remote file (hashing, line iteration), and per block
+when copying a file."""
 
 LOCAL_CHUNK_SIZE = 2**20
 """Bytes per read when streaming a local file: as fast as larger reads, and each of a pool's

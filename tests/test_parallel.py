@@ -8,10 +8,10 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 
-import psutil
 import pytest
 
 from gymflow import parallel
+from tests.processes import pool_workers
 
 
 def _square(value: int) -> int:
@@ -26,25 +26,14 @@ def _fail_first(value: int, directory: str) -> int:
     return value
 
 
-def _workers() -> list[psutil.Process]:
-    found = []
-    for child in psutil.Process().children(recursive=True):
-        try:
-            if any("spawn_main" in part for part in child.cmdline()):
-                found.append(child)
-        except psutil.Error:
-            continue
-    return found
-
-
 def test_rounds_share_one_pool_and_it_is_gone_after_the_block() -> None:
     with parallel.Workers(2, what="squaring") as workers:
         first = workers.map(_square, [1, 2, 3])
-        pids = {process.pid for process in _workers()}
+        pids = {process.pid for process in pool_workers()}
         second = workers.map(_square, [4, 5, 6])
-        assert {process.pid for process in _workers()} == pids  # the same processes
+        assert {process.pid for process in pool_workers()} == pids  # the same processes
     assert (first, second) == ([1, 4, 9], [16, 25, 36])
-    assert len(pids) == 2 and _workers() == []
+    assert len(pids) == 2 and pool_workers() == []
 
 
 def test_a_failing_item_cancels_the_work_not_yet_started(tmp_path: Path) -> None:
@@ -54,7 +43,7 @@ def test_a_failing_item_cancels_the_work_not_yet_started(tmp_path: Path) -> None
         )
     # Only the items already handed to the workers (running or queued for them) still run.
     assert len(list(tmp_path.iterdir())) <= 8
-    assert _workers() == []
+    assert pool_workers() == []
 
 
 def _exit_in_a_worker(value: int, parent: int) -> int:
@@ -66,9 +55,9 @@ def _exit_in_a_worker(value: int, parent: int) -> int:
 def test_calls_from_many_threads_share_one_pool() -> None:
     with parallel.Workers(2, what="squaring") as workers, ThreadPoolExecutor(4) as threads:
         results = list(threads.map(lambda value: workers.call(_square, value), range(8)))
-        assert len(_workers()) == 2
+        assert len(pool_workers()) == 2
     assert results == [value * value for value in range(8)]
-    assert _workers() == []
+    assert pool_workers() == []
 
 
 def test_a_call_whose_pool_breaks_runs_here_with_one_warning() -> None:
@@ -76,4 +65,4 @@ def test_a_call_whose_pool_breaks_runs_here_with_one_warning() -> None:
         with pytest.warns(RuntimeWarning, match="Process pool failed .*; adding serially"):
             assert workers.call(_exit_in_a_worker, 1, os.getpid()) == 2
         assert workers.call(_exit_in_a_worker, 5, os.getpid()) == 6  # serial from now on
-        assert _workers() == []
+        assert pool_workers() == []

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import suppress
+from contextlib import nullcontext, suppress
 from dataclasses import dataclass
 from functools import partial
 from pathlib import PurePath
@@ -124,8 +124,10 @@ def finish(
     plan_: HealthPlan, results: Sequence[RangeResult], workers: parallel.Workers | None = None
 ) -> HealthReport:
     """Place range-local rows in input order, sort each range's rows into a run (in ``workers``
-    when given, into local files) and merge the runs into the report."""
-    with scratch.temporary_dir("runs") as runs_dir:
+    when given, into local files: beside a spilled range, else in a scratch directory) and merge
+    the runs into the report."""
+    packed = workers is not None and any(result.spill is None for result in results)
+    with scratch.temporary_dir("runs") if packed else nullcontext("") as runs_dir:
         return _finish(plan_, results, workers, runs_dir)
 
 

@@ -238,15 +238,8 @@ def merge_runs(
         raise
     summary = reducer.summary(stats)
     report = HealthReport(summary, json.dumps(summary, indent=2, ensure_ascii=False).encode(), path)
-    weakref.finalize(report, _remove, path)
+    weakref.finalize(report, scratch.discard, path)
     return report
-
-
-def _remove(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
 
 
 def build_report(rows: list[RowResult], ignored: tuple[CheckId, ...], stats: RunStats) -> HealthReport:

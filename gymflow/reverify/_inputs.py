@@ -95,7 +95,7 @@ class Materialized:
         self.spans = spans  # offset << 32 | length
         self.spooled = spooled
         self._fd: int | None = None
-        self._cleanup = weakref.finalize(self, _remove, path) if spooled else None
+        self._cleanup = weakref.finalize(self, scratch.discard, path) if spooled else None
 
     def __len__(self) -> int:
         return len(self.spans)
@@ -136,13 +136,6 @@ class Materialized:
         return state
 
 
-def _remove(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-
-
 def read_materialized(url: str, warn: Warn) -> Materialized:
     """Materialized rows by key (exact line bytes, without terminator); the last row of a key wins
     and one warning names the repeated keys."""
@@ -170,7 +163,7 @@ def read_materialized(url: str, warn: Warn) -> Materialized:
     except BaseException:
         if spool is not None:
             spool.close()
-            _remove(path)
+            scratch.discard(path)
         raise
     if spool is not None:
         spool.close()

@@ -22,6 +22,7 @@ import pytest
 
 from gymflow.health import _ranges, run_health
 from tests.health.builders import Outcome, call, record, trajectory, write_lines
+from tests.processes import pool_workers
 
 
 def _rows(count: int) -> list[dict[str, Any]]:
@@ -32,23 +33,12 @@ def _rows(count: int) -> list[dict[str, Any]]:
     ]
 
 
-def _pool_workers() -> list[psutil.Process]:
-    workers = []
-    for child in psutil.Process().children(recursive=True):
-        try:
-            if any("spawn_main" in part for part in child.cmdline()):
-                workers.append(child)
-        except psutil.Error:
-            continue
-    return workers
-
-
 def test_workers_are_gone_when_a_run_returns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = write_lines(tmp_path / "rollouts.jsonl", _rows(400))
     monkeypatch.setattr(_ranges, "RANGE_BYTES", 8192)
     run_health([str(path)], workers=2, use_cache=False)
     assert len(Outcome(tmp_path).rows) == 400
-    assert _pool_workers() == []
+    assert pool_workers() == []
 
 
 def test_nothing_the_command_started_outlives_it(tmp_path: Path) -> None:
