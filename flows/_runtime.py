@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -17,18 +17,22 @@ from prefect import Flow
 from prefect.events.worker import EventsWorker
 from prefect.logging.handlers import APILogWorker
 from prefect.settings import PREFECT_API_URL, PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
-from prefect.task_runners import ProcessPoolTaskRunner, TaskRunner, ThreadPoolTaskRunner
+from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 
-from gymflow import lifeline, parallel
+from gymflow import provenance
 from gymflow.config import RunnerConfig
 from gymflow.errors import GymflowError
 from gymflow.flows import _environment, _server
+from gymflow.flows._executor import PrefectExecutor, prefect_executor
+from gymflow.flows._publish import orchestrator
+from gymflow.run_context import RunContext
 
 R = TypeVar("R")
 
 
 def task_runner(config: RunnerConfig, workers: int) -> TaskRunner[Any]:
-    """A process pool on this machine, or a Dask cluster (``runner.kind: dask``)."""
+    """Threads here (whose CPU-bound steps hand their work to the executor's pool of core-only
+    processes, :mod:`gymflow.flows._executor`), or a Dask cluster (``runner.kind: dask``)."""
     if config.kind == "dask":
         from prefect_dask import task_runners as dask  # the optional dask extra
 
@@ -38,10 +42,7 @@ def task_runner(config: RunnerConfig, workers: int) -> TaskRunner[Any]:
             else dask.DaskTaskRunner(cluster_kwargs={"n_workers": workers})
         )
         return runner
-    lifeline.ensure_watchdog()
-    return ProcessPoolTaskRunner(
-        max_workers=workers, initializer=lifeline.worker_init, initargs=lifeline.worker_initargs()
-    )
+    return ThreadPoolTaskRunner(max_workers=workers)
 
 
 @contextmanager
@@ -63,36 +64,44 @@ def prefect_api(startup_timeout_s: float | None = None) -> Iterator[str]:
             del os.environ["PREFECT_API_URL"]
 
 
-def offloading_runner(config: RunnerConfig, workers: int) -> tuple[TaskRunner[Any], int | None]:
-    """For flows whose tasks hand CPU work to a process pool of the flow's own (see
-    :func:`process_pool`): Prefect tasks on threads plus ``workers`` lean processes here, or
-    the Dask runner (tasks compute on its workers, no pool)."""
-    if config.kind == "dask":
-        return task_runner(config, workers), None
-    return ThreadPoolTaskRunner(max_workers=workers), workers
-
-
 @contextmanager
-def process_pool(workers: int | None, what: str) -> Iterator[parallel.Workers | None]:
-    """Worker processes that import gymflow's core only (not Prefect): they start in a fraction
-    of the time Prefect's process runner needs, whose workers each import and connect Prefect.
-    ``what`` names the work in the warning when the pool cannot run and the work runs here."""
-    if not workers:
-        yield None
-        return
-    with parallel.Workers(workers, what=what) as pool:
-        yield pool
+def flow_executor(ctx: RunContext, workers: int, what: str) -> Iterator[tuple[PrefectExecutor, RunContext]]:
+    """Inside a flow run: the Prefect executor of its steps and the run context recorded under
+    this flow run (``what`` names the work if the process pool cannot run)."""
+    recorded = ctx.under(orchestrator())
+    with prefect_executor(recorded, workers, ctx.runner.kind == "dask", what) as executor:
+        yield executor, recorded
 
 
-def run_flow(flow: Flow[..., R], runner: TaskRunner[Any], **parameters: Any) -> R:
-    """Run ``flow`` with ``runner`` against :func:`prefect_api` (each flow holds the run lock of
-    its own outputs, :mod:`gymflow.locking`, so subflows of ``eval post`` do too). Every sync flow
-    otherwise waits about a second at exit for its heartbeat thread; gymflow's flows are short,
-    so it is off."""
-    configured: Callable[..., R] = flow.with_options(task_runner=runner)
+def run_flow(flow: Flow[..., R], ctx: RunContext, workers: int, **parameters: Any) -> R:
+    """Run ``flow(ctx=ctx, workers=workers, **parameters)`` on the task runner ``ctx.runner``
+    names, against :func:`prefect_api`. The parameters Prefect stores are redacted by
+    provenance's rule (:func:`redacted_parameters`). Every sync flow otherwise waits about a
+    second at exit for its heartbeat thread; gymflow's flows are short, so it is off."""
+    configured = flow.with_options(task_runner=task_runner(ctx.runner, workers))
+    _redact_parameters(configured)
     _quiet_user_errors()
-    with prefect_api(), temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
-        return configured(**parameters)
+    with (
+        ctx.active(),
+        prefect_api(),
+        temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}),
+    ):
+        result: R = configured(ctx=ctx, workers=workers, **parameters)
+        return result
+
+
+def redacted_parameters(serialized: dict[str, Any]) -> dict[str, Any]:
+    """What Prefect stores of a flow run's parameters: secrets removed by provenance's rule."""
+    return provenance.redact(serialized)
+
+
+def _redact_parameters(flow: Flow[..., Any]) -> None:
+    serialize = flow.serialize_parameters
+
+    def redacted(parameters: dict[str, Any]) -> dict[str, Any]:
+        return redacted_parameters(serialize(parameters))
+
+    flow.serialize_parameters = redacted  # type: ignore[method-assign]
 
 
 class _DropUserErrors(logging.Filter):

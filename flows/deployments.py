@@ -13,37 +13,36 @@ from collections.abc import Sequence
 from prefect import flow
 
 from gymflow import provenance, storage
-from gymflow.config import GymflowConfig
 from gymflow.flows.post import post_flow
+from gymflow.run_context import RunContext
 
 EVENT = "gymflow.eval.completed"
 """The event ``gymflow notify RUN`` emits; its resource id is the run's URI."""
 
 
-def _configure() -> GymflowConfig:
-    """gymflow's config, with storage configured from it (what each CLI command does first)."""
-    from gymflow.cli.config import load_config
+def _context() -> RunContext:
+    """gymflow's shared config as a run context (what each CLI command builds first)."""
+    from gymflow.cli.config import compose, run_context
 
-    settings = load_config()
-    storage.configure(settings.storage.options)
-    return settings
+    return run_context(compose("gymflow"))
 
 
 @flow(name="post-run", log_prints=False)
 def post_run(run: str, config: Sequence[str] = (), overrides: Sequence[str] = ()) -> list[str]:
-    """``gymflow eval post RUN`` as a deployment; returns the summary lines."""
-    from gymflow.cli.post import build_options
+    """``gymflow eval post RUN`` as a deployment; returns the console and summary lines."""
+    from gymflow.cli.config import run_context
+    from gymflow.cli.post import compose_options
     from gymflow.health import default_workers
 
-    settings = _configure()
-    options = build_options(run, list(config), list(overrides), use_cache=True)
+    composed, options = compose_options(run, list(config), list(overrides))
+    lines: list[str] = []
     result = post_flow(
         options=options,
-        step_runner=settings.runner,
+        ctx=run_context(composed),
         workers=options.health.workers or default_workers(),
-        storage_options=storage.current_options(),
+        echo=lines.append,
     )
-    return [*result.console_lines, *result.summary.lines()]
+    return [*lines, *result.summary.lines()]
 
 
 def is_stale(run: str) -> bool:
@@ -70,8 +69,8 @@ def candidate_runs(prefix: str) -> list[str]:
 @flow(name="post-sweep", log_prints=False)
 def post_sweep(prefix: str, config: Sequence[str] = (), overrides: Sequence[str] = ()) -> list[str]:
     """Run ``post`` for every run under ``prefix`` whose reports are missing or stale."""
-    _configure()
-    stale = [run for run in candidate_runs(prefix) if is_stale(run)]
+    with _context().active():
+        stale = [run for run in candidate_runs(prefix) if is_stale(run)]
     for run in stale:
         post_run(run, config, overrides)
     return stale

@@ -1,30 +1,26 @@
-"""The ``eval post`` flow: the pipeline of :mod:`gymflow.pipeline` with each step a subflow.
-
-It holds no logic: :func:`gymflow.pipeline.run_post` decides what runs;
-:class:`~gymflow.flows._steps.FlowSteps` runs each command as its own flow (so its provenance
-says ``prefect`` and its tasks and artifacts show under this run); the console text is collected
-and returned for the CLI to print.
-"""
+"""The ``eval post`` flow: :func:`gymflow.pipeline.run_post` on the Prefect executor, then each
+step's artifacts and the run's summary. It holds no logic: the pipeline decides what runs."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from prefect import flow
 from prefect.runtime import flow_run
 
-from gymflow import pipeline, storage
-from gymflow.config import RunnerConfig
+from gymflow import pipeline, provenance, storage
+from gymflow.flows._artifacts import publish_outcome
 from gymflow.flows._publish import publish, record_inputs
-from gymflow.flows._steps import FlowSteps
+from gymflow.flows._runtime import flow_executor
+from gymflow.flows.reverify import flow_reverifier
 from gymflow.pipeline import PipelineSummary, PostOptions
+from gymflow.run_context import RunContext
 
 
 @dataclass
 class PostResult:
     summary: PipelineSummary
-    console_lines: list[str] = field(default_factory=list)
     flow_run_url: str | None = None
 
 
@@ -35,23 +31,22 @@ def _markdown(summary: PipelineSummary) -> str:
 @flow(name="eval-post", log_prints=False, validate_parameters=False)
 def post_flow(
     options: PostOptions,
-    step_runner: RunnerConfig,
+    ctx: RunContext,
     workers: int,
-    storage_options: dict[str, dict[str, Any]] | None = None,
+    echo: Callable[[str], None],
+    progress: Callable[[int], None] | None = None,
 ) -> PostResult:
     """Aggregate, join, health-check and reverify the run at ``options.run``, as configured."""
-    storage.configure(storage_options or {})
-    lines: list[str] = []
-    summary = pipeline.run_post(options, FlowSteps(step_runner, workers), lines.append)
+    with flow_executor(ctx, workers, "running eval post") as (executor, recorded):
+        steps = pipeline.Runner(recorded, executor, flow_reverifier(recorded), progress)
+        summary = pipeline.run_post(options, steps, echo)
+    for outcome in steps.outcomes:
+        publish_outcome(outcome)
     reports = {f"{step.name}: {label}": url for step in summary.steps for label, url in step.reports.items()}
-    records = [url for url in reports.values() if storage.isfile(_record_of(url))]
-    inputs = list({item.uri: item for url in records for item in record_inputs(_record_of(url))}.values())
-    reports.update({f"provenance of {storage.name(url)}": _record_of(url) for url in records})
+    records = [url for url in reports.values() if storage.isfile(provenance.record_path(url))]
+    inputs = list(
+        {item.uri: item for url in records for item in record_inputs(provenance.record_path(url))}.values()
+    )
+    reports.update({f"provenance of {storage.name(url)}": provenance.record_path(url) for url in records})
     publish("eval-post", options.run, _markdown(summary), inputs, reports)
-    return PostResult(summary, lines, flow_run.get_flow_run_ui_url())
-
-
-def _record_of(report: str) -> str:
-    from gymflow import provenance
-
-    return provenance.record_path(report)
+    return PostResult(summary, flow_run.get_flow_run_ui_url())

@@ -21,11 +21,9 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from contextlib import suppress
 from typing import Any
-
-from gymflow import storage
 
 __all__ = ["add_cleanup", "ensure_watchdog", "run_cleanups", "stop_children", "watch_parent", "worker_init"]
 
@@ -135,7 +133,7 @@ def watch_parent(interval: float = PARENT_POLL_S) -> None:
     threading.Thread(target=loop, name="gymflow-parent-watch", daemon=True).start()
 
 
-def worker_init(options: Mapping[str, Mapping[str, Any]] | None = None, parent: int | None = None) -> None:
+def worker_init(parent: int | None = None) -> None:
     """Initializer of gymflow's pool workers (see the module docstring).
 
     ``parent`` is the pid of the process that created the pool (see :func:`worker_initargs`): a
@@ -148,12 +146,12 @@ def worker_init(options: Mapping[str, Mapping[str, Any]] | None = None, parent: 
     # Started with SIGINT blocked (gymflow.parallel): now that it is ignored, a pending one is dropped.
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     watch_parent()
-    storage.configure(options or {})
 
 
-def worker_initargs() -> tuple[dict[str, dict[str, Any]], int]:
-    """``initargs`` for :func:`worker_init`: the storage options and this process's pid."""
-    return storage.current_options(), os.getpid()
+def worker_initargs() -> tuple[int]:
+    """``initargs`` for :func:`worker_init`: this process's pid (a worker's storage options come
+    with each call, in its run context: :func:`gymflow.executor.in_context`)."""
+    return (os.getpid(),)
 
 
 def ensure_watchdog() -> None:

@@ -36,7 +36,7 @@ from typing import Any
 
 import orjson
 
-from gymflow import storage, storage_faults
+from gymflow import storage, storage_faults, threads
 from gymflow.errors import StorageError
 
 __all__ = ["DEFAULT_LEASE_S", "Holder", "RunLockedError", "lock_path", "release_all", "run_lock"]
@@ -313,8 +313,7 @@ def _acquire_remote(
             except Exception as exc:  # noqa: BLE001 - renewal is best effort; expiry covers it
                 logger.warning("cannot renew the run lock %s: %s", path, exc)
 
-    thread = threading.Thread(target=renew, name="gymflow-lease", daemon=True)
-    thread.start()
+    threads.start(renew, name="gymflow-lease")
 
     def remove() -> None:
         with suppress(Exception):
@@ -326,8 +325,7 @@ def _acquire_remote(
         # Bounded: a store that stopped answering must not hold the run up; the lease then
         # expires (or is seen as stale on this host) and the next run takes it over.
         stop.set()
-        remover = threading.Thread(target=remove, name="gymflow-lease-release", daemon=True)
-        remover.start()
+        remover = threads.start(remove, name="gymflow-lease-release")
         remover.join(RELEASE_WAIT_S)
 
     return release

@@ -2,28 +2,30 @@
 
 ``eval post RUN``: aggregate (when the run has shards) -> join (when rows carry raw capture but no
 ``ng_trajectory``) -> health-check -> reverify (when configured). ``eval aggregate``: aggregate ->
-health-check (aggregate.md §1.8). Each step is one command of a core package, run through a
-:class:`Steps` implementation: :class:`DirectSteps` calls the core in this process; the Prefect
-flows pass an implementation whose steps are subflows, so the sequence below is the same in both
-paths and a Prefect run is a Prefect run all the way down.
+health-check (aggregate.md §1.8). Each step is one command's runner, called with the
+:class:`Runner`'s context and executor: :func:`direct_runner` runs them in this process; the
+Prefect flows pass the Prefect executor, so the sequence below is the same in both paths and a
+Prefect run is a Prefect run all the way down.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 import orjson
 
 from gymflow import storage
 from gymflow.aggregate import AggregateOptions, AggregateOutcome
 from gymflow.errors import GymflowError
+from gymflow.executor import Executor
 from gymflow.frozen import FrozenDict, freeze
-from gymflow.health import HealthOutcome
+from gymflow.health import HealthOptions, HealthOutcome, default_workers
 from gymflow.join import JoinResult, JoinSettings
 from gymflow.reverify import ReverifyOptions, ReverifyOutcome
+from gymflow.run_context import RunContext
 
 logger = logging.getLogger(__name__)
 
@@ -33,25 +35,50 @@ HEALTH_FAILED = "Rollout health checks failed after aggregation; aggregate artif
 _RAW_EVIDENCE = ("ng_model_call_capture", "ng_agent_observations")
 
 
-class Steps(Protocol):
-    """One way of running each command: in-process, or as Prefect subflows."""
+Reverify = Callable[[ReverifyOptions, Mapping[str, Any], Echo], ReverifyOutcome]
+"""How a pipeline re-verifies (the direct path: :func:`gymflow.reverify.run_reverify`)."""
 
-    def aggregate(self, options: AggregateOptions, echo: Echo) -> AggregateOutcome: ...
 
-    def join(self, settings: JoinSettings, use_cache: bool) -> JoinResult: ...
+@dataclass
+class Runner:
+    """Where a pipeline's commands run: their context, executor and reverify path; ``progress``
+    advances by the bytes of each shard read."""
 
-    def health(
-        self,
-        paths: Sequence[str],
-        report_dir: str,
-        workers: int | None,
-        ignored: tuple[str, ...],
-        use_cache: bool,
-    ) -> HealthOutcome: ...
+    ctx: RunContext
+    executor: Executor | None
+    """None: each command on its own default executor (this process and its pool)."""
+    reverify: Reverify
+    progress: Callable[[int], None] | None = None
+    outcomes: list[object] = field(default_factory=list)
+    """Every command's outcome, in order (the flows publish each)."""
 
-    def reverify(
+    def aggregate(self, options: AggregateOptions, echo: Echo) -> AggregateOutcome:
+        from gymflow.aggregate import run_aggregate
+
+        outcome = run_aggregate(options, self.ctx, self.executor, echo, self.progress)
+        self.outcomes.append(outcome)
+        return outcome
+
+    def join(self, settings: JoinSettings, use_cache: bool, workers: int) -> JoinResult:
+        from gymflow.join import run_join
+
+        result = run_join(settings, self.ctx, self.executor, use_cache=use_cache, workers=workers)
+        self.outcomes.append(result)
+        return result
+
+    def health(self, options: HealthOptions) -> HealthOutcome:
+        from gymflow.health import run_health
+
+        outcome = run_health(options, self.ctx, self.executor)
+        self.outcomes.append(outcome)
+        return outcome
+
+    def reverify_step(
         self, options: ReverifyOptions, gym_config: Mapping[str, Any], echo: Echo
-    ) -> ReverifyOutcome: ...
+    ) -> ReverifyOutcome:
+        outcome = self.reverify(options, gym_config, echo)
+        self.outcomes.append(outcome)
+        return outcome
 
 
 @dataclass(frozen=True)
@@ -139,7 +166,7 @@ def needs_join(path: str) -> bool:
 
 
 def aggregate_then_health(
-    options: AggregateOptions, steps: Steps, echo: Echo
+    options: AggregateOptions, steps: Runner, echo: Echo
 ) -> tuple[AggregateOutcome, HealthOutcome | None, str | None]:
     """``eval aggregate``: merge and metrics, then health-check the merged file (§1.8). A failing
     health check is logged and returned as text; it never fails the command."""
@@ -149,11 +176,13 @@ def aggregate_then_health(
     paths = [options.output] if options.merge_shards else list(outcome.shards)
     try:
         health = steps.health(
-            paths,
-            storage.parent(options.output),
-            options.health_check_workers,
-            options.health_check_ignored,
-            options.use_cache,
+            HealthOptions(
+                tuple(paths),
+                storage.parent(options.output),
+                options.health_check_workers,
+                options.health_check_ignored,
+                options.use_cache,
+            )
         )
     except Exception as exc:  # noqa: BLE001 - a health failure must not fail the command (§1.8)
         logger.warning(HEALTH_FAILED)
@@ -164,7 +193,7 @@ def aggregate_then_health(
     return outcome, health, None
 
 
-def run_post(options: PostOptions, steps: Steps, echo: Echo) -> PipelineSummary:
+def run_post(options: PostOptions, steps: Runner, echo: Echo) -> PipelineSummary:
     """``eval post``: every step whose inputs are present, in order; one summary at the end."""
     summary = PipelineSummary()
     rollouts = options.path(options.rollouts)
@@ -197,7 +226,7 @@ def run_post(options: PostOptions, steps: Steps, echo: Echo) -> PipelineSummary:
         from gymflow.join import resolve_settings
 
         settings = resolve_settings(options.run, options.rollouts, options.capture_dir)
-        result = steps.join(settings, options.use_cache)
+        result = steps.join(settings, options.use_cache, options.health.workers or default_workers())
         summary.steps.append(
             StepReport("join", "up to date" if result.up_to_date else "ran", {"joined": settings.output})
         )
@@ -206,7 +235,9 @@ def run_post(options: PostOptions, steps: Steps, echo: Echo) -> PipelineSummary:
         summary.steps.append(StepReport("join", "skipped", lines=["rows already carry ng_trajectory"]))
 
     health = steps.health(
-        [checked], options.run, options.health.workers, options.health.ignored, options.use_cache
+        HealthOptions(
+            (checked,), options.run, options.health.workers, options.health.ignored, options.use_cache
+        )
     )
     echo(health.console_line)
     summary.steps.append(
@@ -219,7 +250,7 @@ def run_post(options: PostOptions, steps: Steps, echo: Echo) -> PipelineSummary:
     if options.reverify is None:
         summary.steps.append(StepReport("reverify", "skipped", lines=["reverify.enabled is false"]))
     else:
-        reverified = steps.reverify(options.reverify, options.gym_config, echo)
+        reverified = steps.reverify_step(options.reverify, options.gym_config, echo)
         summary.steps.append(_reverify_report(reverified))
         for name, count in reverified.tally.failures.items():
             summary.failures[name] = summary.failures.get(name, 0) + count
@@ -247,38 +278,11 @@ def _matching(pattern: str) -> list[str]:
         return []
 
 
-class DirectSteps:
-    """Each step in this process, as ``--direct`` runs it; ``progress`` advances by the bytes of
-    each shard read."""
+def direct_runner(ctx: RunContext, progress: Callable[[int], None] | None = None) -> Runner:
+    """A pipeline in this process (``--direct``): each command on its default executor."""
+    from gymflow.reverify import run_reverify
 
-    def __init__(self, progress: Callable[[int], None] | None = None) -> None:
-        self.progress = progress
-
-    def aggregate(self, options: AggregateOptions, echo: Echo) -> AggregateOutcome:
-        from gymflow.aggregate import run_aggregate
-
-        return run_aggregate(options, echo=echo, progress=self.progress)
-
-    def join(self, settings: JoinSettings, use_cache: bool) -> JoinResult:
-        from gymflow.join import run_join
-
-        return run_join(settings, use_cache=use_cache)
-
-    def health(
-        self,
-        paths: Sequence[str],
-        report_dir: str,
-        workers: int | None,
-        ignored: tuple[str, ...],
-        use_cache: bool,
-    ) -> HealthOutcome:
-        from gymflow.health import run_health
-
-        return run_health(paths, report_dir, workers, ignored, use_cache=use_cache)
-
-    def reverify(
-        self, options: ReverifyOptions, gym_config: Mapping[str, Any], echo: Echo
-    ) -> ReverifyOutcome:
-        from gymflow.reverify import run_reverify
-
+    def reverify(options: ReverifyOptions, gym_config: Mapping[str, Any], echo: Echo) -> ReverifyOutcome:
         return run_reverify(options, gym_config, echo)
+
+    return Runner(ctx, None, reverify, progress)

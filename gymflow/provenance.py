@@ -11,19 +11,17 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import logging
-import os
 import platform
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal, NamedTuple
 
 import orjson
 
-from gymflow import __version__, storage, storage_faults
+from gymflow import __version__, storage, storage_faults, threads
 from gymflow.errors import InputError, UsageError
 
 logger = logging.getLogger(__name__)
@@ -31,9 +29,6 @@ logger = logging.getLogger(__name__)
 SCHEMA = "gymflow.provenance/1"
 REDACTED = "<redacted>"
 RECORD_SUFFIX = ".provenance.json"
-CONFIG_ENV = "GYMFLOW_RECORD_CONFIG"
-"""The resolved command config that records written in this process and its workers hold
-(redacted JSON; set by :func:`recording_config`, inherited by the worker processes a run starts)."""
 TRACKED_PACKAGES = ("prefect", "pydantic", "fsspec", "s3fs", "orjson", "httpx")
 
 FileStatus = Literal["ok", "changed", "missing"]
@@ -99,7 +94,7 @@ def prefetch(urls: Iterable[str]) -> None:
             _prefetched[url] = (version, future)
             pending.append((url, future))
     if pending:
-        threading.Thread(target=_hash_each, args=(pending,), name="gymflow-prefetch", daemon=True).start()
+        threads.start(_hash_each, pending, name="gymflow-prefetch")
 
 
 def remember(url: str, known: FileDigest) -> None:
@@ -126,8 +121,8 @@ def redact(params: Mapping[str, Any]) -> dict[str, Any]:
     """A copy of ``params`` with secrets removed, at any depth.
 
     Values under secret-looking keys (``*key*``, ``*secret*``, ``*token*``, ``*password*``,
-    ``*credential*``, ``authorization``) become ``"<redacted>"``; URL-looking strings lose their
-    user-info and secret query parameters.
+    ``*credential*``, ``authorization``) become ``"<redacted>"``, and so does a ``Bearer ...``
+    value under any key; URL-looking strings lose their user-info and secret query parameters.
     """
     return {str(k): _redact_value(str(k), v) for k, v in params.items()}
 
@@ -139,23 +134,11 @@ def _redact_value(key: str | None, value: Any) -> Any:
         return redact(value)
     if isinstance(value, list | tuple):
         return [_redact_value(None, item) for item in value]
+    if isinstance(value, str) and value[:7].lower() == "bearer ":
+        return REDACTED  # an Authorization header's value, under whatever key
     if isinstance(value, str) and "://" in value:
         return storage.to_uri(value) if not storage.is_local(value) else value
     return value
-
-
-@contextmanager
-def recording_config(config: Mapping[str, Any]) -> Iterator[None]:
-    """Records built inside the block carry ``config`` (redacted) as their ``config`` entry."""
-    previous = os.environ.get(CONFIG_ENV)
-    os.environ[CONFIG_ENV] = canonical_json(redact(config)).decode()
-    try:
-        yield
-    finally:
-        if previous is None:
-            os.environ.pop(CONFIG_ENV, None)
-        else:
-            os.environ[CONFIG_ENV] = previous
 
 
 def _json_default(value: Any) -> Any:
@@ -235,13 +218,13 @@ def build_record(
     started_at: datetime | str,
     finished_at: datetime | str,
     verifier: Mapping[str, Any] | None = None,
+    config: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The record as a dict, keys in the order of the spec's example, secrets redacted; inside
-    :func:`recording_config`, the command's resolved config follows ``parameters``."""
+    """The record as a dict, keys in the order of the spec's example, secrets redacted; the
+    command's resolved ``config`` (a run context's) follows ``parameters``."""
     kind = orchestrator.get("kind")
     if kind not in ("prefect", "direct"):
         raise UsageError(f"orchestrator kind must be 'prefect' or 'direct', not {kind!r}")
-    config = os.environ.get(CONFIG_ENV)
     return {
         "schema": SCHEMA,
         "command": command,
@@ -249,7 +232,7 @@ def build_record(
         "inputs": [d.to_json() for d in inputs],
         "outputs": [d.to_json() for d in outputs],
         "parameters": orjson.loads(canonical_json(redact(parameters))),
-        **({"config": orjson.loads(config)} if config else {}),
+        **({"config": orjson.loads(canonical_json(redact(config)))} if config is not None else {}),
         "code": code_versions(),
         "verifier": None if verifier is None else redact(verifier),
         "orchestrator": redact(orchestrator),

@@ -2,7 +2,9 @@
 
 Every command reads and writes through these functions, so a results directory on S3 behaves like
 one on disk. Local paths take a fast path through ``os`` and stay rendered as the user gave them;
-anything else goes through fsspec with the per-protocol options set by :func:`configure`.
+anything else goes through fsspec with the per-protocol options in force (:func:`using`: a run
+sets them from its :class:`~gymflow.run_context.RunContext`; threads started through
+:mod:`gymflow.threads` and the workers of :mod:`gymflow.parallel` inherit them).
 
 Credentials are never hard-coded: without options, s3fs (through botocore) reads the usual
 ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_DEFAULT_REGION`` and ``AWS_ENDPOINT_URL``
@@ -15,6 +17,7 @@ failures are bounded and explained lives in :mod:`gymflow.storage_faults`.
 
 from __future__ import annotations
 
+import contextvars
 import copy
 import errno
 import fcntl
@@ -27,13 +30,14 @@ import stat
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import suppress
+from concurrent.futures import Future
+from contextlib import contextmanager, suppress
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any, BinaryIO, cast
 
-from gymflow import scratch
+from gymflow import scratch, threads
 from gymflow.errors import InputError, StorageError
+from gymflow.frozen import FrozenDict
 from gymflow.storage_faults import (
     URL_SCHEME,
     guard,
@@ -63,25 +67,31 @@ _PREFETCH = 2
 
 _LOCAL_PROTOCOLS = frozenset({"file", "local"})
 
-_options: dict[str, dict[str, Any]] = {}
+_NO_OPTIONS: Mapping[str, Mapping[str, Any]] = FrozenDict()
+_OPTIONS: contextvars.ContextVar[Mapping[str, Mapping[str, Any]]] = contextvars.ContextVar(
+    "gymflow_storage_options", default=_NO_OPTIONS
+)
+"""The fsspec options in force in this context (a run's, set by :func:`using`)."""
 
 
 # -- configuration ---------------------------------------------------------------------------
 
 
-def configure(options: Mapping[str, Mapping[str, Any]]) -> None:
-    """Set the fsspec options per protocol, e.g. ``{"s3": {"endpoint_url": ..., "key": ...}}``.
-
-    Replaces any earlier configuration. The CLI calls it once from config; child processes
-    receive :func:`current_options` explicitly and call it again.
-    """
-    global _options
-    _options = _copy_options(options)
+@contextmanager
+def using(options: Mapping[str, Mapping[str, Any]]) -> Iterator[None]:
+    """The fsspec options per protocol for the ``with`` block, e.g. ``{"s3": {"endpoint_url":
+    ..., "key": ...}}``, in this context and the threads it starts through :mod:`gymflow.threads`
+    (a run enters its :class:`~gymflow.run_context.RunContext`, which does this)."""
+    token = _OPTIONS.set(_copy_options(options))
+    try:
+        yield
+    finally:
+        _OPTIONS.reset(token)
 
 
 def current_options() -> dict[str, dict[str, Any]]:
-    """A copy of the options set by :func:`configure`."""
-    return _copy_options(_options)
+    """A copy of the options in force (see :func:`using`)."""
+    return _copy_options(_OPTIONS.get())
 
 
 def _copy_options(options: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -146,9 +156,10 @@ def filesystem(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
         except (ImportError, ValueError) as exc:
             raise StorageError(f"{scrub_url(url)}: unsupported storage protocol {protocol!r}") from exc
         names = cls.protocol if isinstance(cls.protocol, tuple) else (cls.protocol,)
+        configured = _OPTIONS.get()
         for name in (protocol, *names):
-            if name in _options:
-                options = dict(_options[name])
+            if name in configured:
+                options = dict(configured[name])
                 break
     options, retries = with_timeouts(protocol, options)
     with guard(url, "open filesystem for"):
@@ -366,7 +377,7 @@ def _iter_chunks(url: str, start: int = 0) -> Iterator[bytes]:
         return bytes(fs.cat_file(path, start=byte_range[0], end=byte_range[1]))
 
     # Keep a few range requests in flight so the network overlaps the caller's work.
-    pool = ThreadPoolExecutor(max_workers=_PREFETCH, thread_name_prefix="gymflow-read")
+    pool = threads.executor(_PREFETCH, "gymflow-read")
     pending: list[Future[bytes]] = []
     try:
         for index in range(len(ranges)):

@@ -25,6 +25,7 @@ from gymflow import reverify
 from gymflow.reverify import BatchResult, ReverifyOptions, ReverifyOutcome, ReverifyPlan, Routed
 from gymflow.reverify._plan import Echo
 from gymflow.reverify._verify import OnRow
+from gymflow.run_context import RunContext
 from gymflow.tasks._cache import content_key
 from gymflow.tasks._retries import IO_RETRIES
 
@@ -62,5 +63,5 @@ def record_batch(plan: ReverifyPlan, result: BatchResult, echo: Echo) -> None:
 
 
 @materialize("gymflow://reverify-outputs", name="finish", cache_policy=NO_CACHE, **IO_RETRIES)
-def finish(plan: ReverifyPlan, echo: Echo, orchestrator: Mapping[str, Any]) -> ReverifyOutcome:
-    return reverify.finish(plan, echo, orchestrator)
+def finish(plan: ReverifyPlan, echo: Echo, ctx: RunContext) -> ReverifyOutcome:
+    return reverify.finish(plan, echo, ctx)

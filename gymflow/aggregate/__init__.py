@@ -4,6 +4,7 @@ Metrics are pure functions over :class:`RowFacts` (the numbers a row contributes
 :func:`run_aggregate` is the whole ``eval aggregate`` command in-process.
 """
 
+from gymflow.aggregate._command import run_aggregate
 from gymflow.aggregate._merge import write_merged
 from gymflow.aggregate._metrics import DuplicateRolloutError, GroupMetrics, group_metrics, key_metrics
 from gymflow.aggregate._passk import highest_k_metrics, pass_at_k
@@ -22,7 +23,6 @@ from gymflow.aggregate._run import (
     merge_and_reduce,
     prehash,
     report_run,
-    run_aggregate,
     scan_part,
     up_to_date_line,
     write_outputs,

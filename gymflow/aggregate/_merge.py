@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import cast
 
-from gymflow import provenance, storage
+from gymflow import provenance, storage, threads
 from gymflow.aggregate._scan import ScanRow, ShardScan
 from gymflow.errors import InputError
 from gymflow.jsonline import dumps_exact, loads_exact
@@ -93,7 +92,7 @@ def merged_lines(scans: Sequence[ShardScan]) -> Iterator[bytes | bytearray | mem
     buffer is reused). Rows are read with ``pread``: memory-mapping the shards would count their
     pages in the process's resident memory."""
     handles: dict[int, int] = {}
-    reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gymflow-merge-read")
+    reader = threads.executor(1, "gymflow-merge-read")
     try:
         for scan in scans:
             handles[scan.index] = os.open(_os_path(scan.source), os.O_RDONLY)

@@ -1,7 +1,7 @@
-"""The aggregate pipeline as steps (select, scan, merge, reduce, write) and the direct runner.
+"""The steps of ``eval aggregate`` (select, hash, scan, merge, reduce, write) and their texts.
 
-The Prefect flow (``flows/aggregate.py``) runs the same steps as tasks; :func:`run_aggregate`
-runs them in-process. Progress text goes to an ``echo`` callback; the core never prints.
+:func:`gymflow.aggregate.run_aggregate` (``_command.py``) is their one sequence. Progress text
+goes to an ``echo`` callback; the core never prints.
 """
 
 from __future__ import annotations
@@ -9,25 +9,23 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import shutil
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
 
 import orjson
 
-from gymflow import locking, parallel, provenance, scratch, storage
+from gymflow import provenance, storage, threads
 from gymflow.aggregate._merge import write_merged
 from gymflow.aggregate._reduce import Coverage, ReduceSettings, Reduction, key_metrics_lines, reduce_shards
 from gymflow.aggregate._scan import ShardScan, parse_line, paused_gc, resolve_group, scan_shard
-from gymflow.aggregate._select import metrics_path, select_shards
+from gymflow.aggregate._select import metrics_path
 from gymflow.aggregate._server import ServerSettings, server_entries
 from gymflow.aggregate._sidecars import ShardSidecars, read_sidecars
 from gymflow.frozen import FrozenDict, freeze
+from gymflow.run_context import RunContext
 
 __all__ = [
     "COMMAND",
@@ -44,7 +42,6 @@ __all__ = [
     "prehash",
     "report_run",
     "up_to_date_line",
-    "run_aggregate",
     "scan_part",
     "write_outputs",
 ]
@@ -143,42 +140,6 @@ def scan_part(shard: str, index: int, options: AggregateOptions, spool_dir: str 
     return ShardPart(scan, read_sidecars(shard, keys, options.agent_environments))
 
 
-def scan_all(
-    shards: Sequence[str],
-    options: AggregateOptions,
-    spool_dir: str | None,
-    progress: Callable[[int], None] | None = None,
-) -> list[ShardPart]:
-    """Scan every shard: serially by default, in a process pool with ``options.workers`` > 1.
-
-    One process is the default: on the measured 2-core machine a second one did not pay off (its
-    start, imports and the results' pickling ate the gain). The pool uses ``spawn`` (safe next to
-    storage's I/O threads) and reads local shards only; if it cannot start or breaks, the shards
-    are read serially (with a warning); results are identical either way.
-    """
-    workers = min(options.workers or 1, len(shards))
-    # Remote shards are read serially: network-bound, and storage options (sessions, credentials)
-    # need not survive pickling into another process.
-    if not all(storage.is_local(shard) for shard in shards):
-        workers = 1
-
-    def done(_: tuple[int, str], part: ShardPart) -> None:
-        if progress is not None:
-            progress(part.scan.nbytes)
-
-    return parallel.map_ordered(
-        partial(_scan_indexed, options=options, spool_dir=spool_dir),
-        list(enumerate(shards)),
-        workers,
-        what="reading shards",
-        done=done,
-    )
-
-
-def _scan_indexed(item: tuple[int, str], options: AggregateOptions, spool_dir: str | None) -> ShardPart:
-    return scan_part(item[1], item[0], options, spool_dir)
-
-
 def input_digests(
     parts: Sequence[ShardPart], options: AggregateOptions
 ) -> list[tuple[str, provenance.FileDigest]]:
@@ -273,7 +234,7 @@ def write_outputs(
     parts: Sequence[ShardPart],
     reduction: Reduction,
     options: AggregateOptions,
-    orchestrator: Mapping[str, Any],
+    ctx: RunContext,
     started_at: str,
     merged: provenance.FileDigest | None = None,
 ) -> None:
@@ -297,7 +258,8 @@ def write_outputs(
         inputs=[item for _, item in inputs],
         outputs=outputs,
         parameters={**options.parameters(), "input_glob": options.input_glob, "output": options.output},
-        orchestrator=orchestrator,
+        orchestrator=ctx.orchestrator,
+        config=ctx.config,
         started_at=started_at,
         finished_at=provenance.timestamp(),
     )
@@ -349,53 +311,6 @@ def _responsive_threads() -> Iterator[None]:
         sys.setswitchinterval(previous)
 
 
-def run_aggregate(
-    options: AggregateOptions,
-    echo: Echo = _quiet,
-    orchestrator: Mapping[str, Any] | None = None,
-    progress: Callable[[int], None] | None = None,
-) -> AggregateOutcome:
-    """Merge and compute the metrics in-process: select, scan, merge, reduce, write, holding
-    the run lock of the output (:mod:`gymflow.locking`) throughout."""
-    with locking.run_lock(options.output, COMMAND):
-        return _run_aggregate(options, echo, orchestrator, progress)
-
-
-def _run_aggregate(
-    options: AggregateOptions,
-    echo: Echo,
-    orchestrator: Mapping[str, Any] | None,
-    progress: Callable[[int], None] | None,
-) -> AggregateOutcome:
-    started_at = provenance.timestamp()
-    shards = select_shards(options.input_glob, options.output)
-    outcome = AggregateOutcome(
-        shards, options.output, options.merge_shards, options.metrics_path, options.record_path, False
-    )
-    echo(f"Aggregating {len(shards)} shard(s):")
-    for shard in shards:
-        echo(f"  - {shard}")
-    if is_up_to_date(shards, options):
-        outcome.up_to_date = True
-        echo(up_to_date_line(options))
-        outcome.entries = cached_entries(options)
-        return outcome
-    spool_dir = scratch.scratch_dir("aggregate")
-    try:
-        with paused_gc():
-            parts = scan_all(shards, options, spool_dir, progress)
-        echo(loaded_line(parts))
-        if options.merge_shards:
-            echo(f"Merging shards into {options.output}")
-        reduction, merged = merge_and_reduce(parts, options)
-    finally:
-        shutil.rmtree(spool_dir, ignore_errors=True)
-    apply_server_metrics(reduction, options, shards)
-    write_outputs(parts, reduction, options, orchestrator or {"kind": "direct"}, started_at, merged)
-    report_run(reduction, options, outcome, echo)
-    return outcome
-
-
 def merge_and_reduce(
     parts: Sequence[ShardPart], options: AggregateOptions
 ) -> tuple[Reduction, provenance.FileDigest | None]:
@@ -404,7 +319,7 @@ def merge_and_reduce(
     computed; it is complete before this returns, even when the metrics fail."""
     with (
         _responsive_threads(),
-        ThreadPoolExecutor(max_workers=1, thread_name_prefix="gymflow-merge") as writer,
+        threads.executor(1, "gymflow-merge") as writer,
     ):
         pending = None
         if options.merge_shards:

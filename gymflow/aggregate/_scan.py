@@ -16,7 +16,7 @@ import hashlib
 import os
 import tempfile
 from collections.abc import Iterator, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
@@ -24,7 +24,7 @@ from typing import Any, BinaryIO
 import msgspec
 import orjson
 
-from gymflow import storage
+from gymflow import storage, threads
 from gymflow.aggregate._rows import RowFacts, ScoreSpec, extract
 from gymflow.errors import InputError
 from gymflow.jsonline import LineError, Raw, decode_raw, loads_exact, loads_shallow
@@ -236,7 +236,7 @@ def scan_shard(
         spool = os.fdopen(handle, "wb", buffering=2**20)
     # Hash (and spool) in a helper thread: hashlib and file writes release the GIL, so both
     # overlap with parsing. One worker keeps the batches in order.
-    hasher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gymflow-hash")
+    hasher = threads.executor(1, "gymflow-hash")
     pending: list[Future[None]] = []
     batch: list[bytes] = []
     batch_bytes = 0

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from functools import partial
 
+from gymflow import threads
 from gymflow.atif.manifest import ManifestEntry
 
 Fetched = tuple[str, bytes]
@@ -27,7 +28,7 @@ def fetched_in_order(
             yield entry, partial(fetch, entry)
         return
     pending: deque[tuple[ManifestEntry, Future[Fetched]]] = deque()
-    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="gymflow-atif-read")
+    pool = threads.executor(workers, "gymflow-atif-read")
     try:
         source = iter(entries)
         for entry in source:

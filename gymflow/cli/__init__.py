@@ -94,8 +94,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         _selected_group(parser, args).print_help()
         return 2
     from gymflow.cli import interrupt
+    from gymflow.cli.config import close_command_scope
 
-    status: int = interrupt.run(handler, args, extras)
+    try:
+        status: int = interrupt.run(handler, args, extras)
+    finally:
+        close_command_scope()
     return status
 
 

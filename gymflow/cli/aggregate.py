@@ -7,7 +7,7 @@ import argparse
 import sys
 from collections.abc import Mapping, Sequence
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gymflow import provenance, storage
 from gymflow.cli.config import (
@@ -15,8 +15,7 @@ from gymflow.cli.config import (
     compose,
     configure_storage,
     flags_given,
-    prepare_prefect,
-    recording,
+    run_context,
 )
 from gymflow.cli.gym_config import split_overrides
 from gymflow.cli.logs import configure_logging
@@ -40,6 +39,10 @@ _FLAGS = {
     "verbose": "verbose",
 }
 _REQUIRED = ("input_glob", "output_jsonl_fpath")
+
+
+if TYPE_CHECKING:
+    from gymflow.run_context import RunContext
 
 
 def register(eval_commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -182,13 +185,13 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace, extras: Seque
     try:
         bar = _progress(options)
         try:
-            with recording(composed):
-                if config.direct:
-                    from gymflow.pipeline import DirectSteps, aggregate_then_health
+            ctx = run_context(composed)
+            if config.direct:
+                from gymflow.pipeline import aggregate_then_health, direct_runner
 
-                    aggregate_then_health(options, DirectSteps(bar), _echo)
-                else:
-                    _run_flow(settings, options, config.verbose, bar)
+                aggregate_then_health(options, direct_runner(ctx, bar), _echo)
+            else:
+                _run_flow(settings, options, ctx, config.verbose, bar)
         finally:
             if bar is not None:
                 bar.close()
@@ -216,25 +219,21 @@ def _progress(options: Any) -> ProgressBar | None:
     return progress_bar(sum(storage.size(shard) for shard in shards), "aggregate")
 
 
-def _run_flow(settings: GymflowConfig, options: Any, verbose: bool, bar: ProgressBar | None) -> None:
+def _run_flow(
+    settings: GymflowConfig, options: Any, ctx: RunContext, verbose: bool, bar: ProgressBar | None
+) -> None:
     provenance.prefetch(_shards(options))  # hashes while Prefect is imported
-    prepare_prefect(settings, verbose)
-    from prefect.task_runners import ThreadPoolTaskRunner
-
-    from gymflow.flows._annotations import Returned
-    from gymflow.flows._runtime import run_flow
-    from gymflow.flows.aggregate import FlowOutcome, aggregate_command
+    from gymflow.cli import orchestrated
     from gymflow.health import default_workers
 
-    # The command flow only composes subflows, each on the configured runner.
-    returned: Returned[FlowOutcome] = run_flow(
-        aggregate_command,
-        ThreadPoolTaskRunner(max_workers=1),
+    workers = options.health_check_workers or default_workers()
+    orchestrated.run(
+        settings,
+        verbose,
+        "aggregate:aggregate_command",
+        ctx,
+        workers,
         options=options,
-        step_runner=settings.runner,
-        workers=options.health_check_workers or default_workers(),
-        storage_options=storage.current_options(),
+        echo=_echo,
         progress=bar,
     )
-    for line in returned.result.console_lines:
-        _echo(line)

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -25,6 +25,9 @@ from gymflow.cli.gym_config import Override, apply_override, leaf_keys, parse_ov
 from gymflow.config import SHARED_KEYS, GymflowConfig
 from gymflow.errors import UsageError
 from gymflow.frozen import FrozenDict, freeze
+
+if TYPE_CHECKING:
+    from gymflow.run_context import RunContext
 
 __all__ = [
     "USER_CONFIG_ENV",
@@ -34,7 +37,7 @@ __all__ = [
     "flags_given",
     "load_config",
     "prepare_prefect",
-    "recording",
+    "run_context",
 ]
 
 USER_CONFIG_ENV = "GYMFLOW_CONFIG"
@@ -259,18 +262,31 @@ def prepare_prefect(settings: GymflowConfig, verbose: bool) -> None:
     _environment.prepare(settings.prefect, verbose)
 
 
-@contextmanager
-def recording(composed: Composed) -> Iterator[None]:
-    """Provenance records written inside the block hold ``composed``'s resolved config, redacted."""
-    from gymflow import provenance
+def run_context(composed: Composed) -> RunContext:
+    """The run context of the command: its storage options, its resolved config (redacted) for
+    every provenance record, its runner settings."""
+    from gymflow.frozen import thaw
+    from gymflow.run_context import RunContext
 
-    with provenance.recording_config(composed.record()):
-        yield
+    settings = composed.settings
+    return RunContext(
+        storage_options=thaw(settings.storage.options), config=composed.record(), runner=settings.runner
+    )
+
+
+_COMMAND_SCOPE = ExitStack()
+"""The storage scope of the command this process runs, closed by :func:`close_command_scope`."""
 
 
 def configure_storage(settings: GymflowConfig) -> None:
-    """``storage.options`` for this process (storage keeps its own mutable copy)."""
+    """``storage.options`` in force for the rest of the command (the checks the CLI makes before
+    the run; the run itself enters its :class:`RunContext`)."""
     from gymflow import storage
     from gymflow.frozen import thaw
 
-    storage.configure(thaw(settings.storage.options))
+    _COMMAND_SCOPE.enter_context(storage.using(thaw(settings.storage.options)))
+
+
+def close_command_scope() -> None:
+    """Leave the storage scope of the command that just ended (``gymflow.cli.main``)."""
+    _COMMAND_SCOPE.close()

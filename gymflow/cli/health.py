@@ -11,14 +11,15 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from gymflow import provenance, storage
-from gymflow.cli.config import compose, configure_storage, flags_given, prepare_prefect, recording
+from gymflow.cli.config import compose, configure_storage, flags_given, run_context
 from gymflow.cli.logs import configure_logging
 from gymflow.cli.progress import progress_bar
 from gymflow.config import GymflowConfig, HealthCheckConfig
 from gymflow.errors import GymflowError, UsageError
 
 if TYPE_CHECKING:  # the health package is imported by the command that runs it, not by the parser
-    from gymflow.health import HealthOutcome
+    from gymflow.health import HealthOptions, HealthOutcome
+    from gymflow.run_context import RunContext
 
 NO_OVERRIDES = "health-check does not accept Hydra overrides"
 """0.7.0's message for an extra positional or an override of a key health-check does not have."""
@@ -121,14 +122,11 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace, extras: Seque
         return 1
     if cfg.verbose:
         configure_logging(verbose=True)
+    from gymflow.health import HealthOptions
+
+    options = HealthOptions((path,), args.run_dir, cfg.workers, ignored, not cfg.no_cache)
     try:
-        with recording(composed):
-            if cfg.direct:
-                outcome = _run_direct(path, args.run_dir, cfg.workers, ignored, not cfg.no_cache)
-            else:
-                outcome = _run_flow(
-                    config, path, args.run_dir, cfg.workers, ignored, not cfg.no_cache, cfg.verbose
-                )
+        outcome = _run(config, options, run_context(composed), cfg.direct, cfg.verbose)
     except GymflowError as exc:
         print(f"{parser.prog}: error: {exc}", file=sys.stderr)
         return 1
@@ -146,51 +144,24 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace, extras: Seque
     return 0
 
 
-def _run_direct(
-    path: str, run_dir: str, workers: int | None, ignored: tuple[str, ...], use_cache: bool
+def _run(
+    config: GymflowConfig, options: HealthOptions, ctx: RunContext, direct: bool, verbose: bool
 ) -> HealthOutcome:
-    from gymflow.health import run_health
+    from gymflow.health import default_workers, run_health
 
-    bar = progress_bar(storage.size(path), "health-check")
+    bar = progress_bar(sum(storage.size(path) for path in options.paths), "health-check")
     try:
-        return run_health([path], run_dir, workers, ignored, use_cache=use_cache, progress=bar)
-    finally:
-        if bar is not None:
-            bar.close()
+        if direct:
+            return run_health(options, ctx, progress=bar)
+        provenance.prefetch(options.paths)  # hashes while Prefect is imported
+        from gymflow.cli import orchestrated
 
-
-def _run_flow(
-    config: GymflowConfig,
-    path: str,
-    run_dir: str,
-    workers: int | None,
-    ignored: tuple[str, ...],
-    use_cache: bool,
-    verbose: bool,
-) -> HealthOutcome:
-    provenance.prefetch([path])  # hashes while Prefect is imported
-    prepare_prefect(config, verbose)
-    from gymflow.flows._annotations import Returned
-    from gymflow.flows._runtime import offloading_runner, run_flow
-    from gymflow.flows.health import health_check
-    from gymflow.health import default_workers
-
-    runner, offload = offloading_runner(config.runner, workers if workers is not None else default_workers())
-    bar = progress_bar(storage.size(path), "health-check")
-    try:
-        returned: Returned[HealthOutcome] = run_flow(
-            health_check,
-            runner,
-            offload_workers=offload,
-            paths=[path],
-            report_dir=run_dir,
-            workers=workers,
-            ignored_checks=list(ignored),
-            use_cache=use_cache,
-            storage_options=storage.current_options(),
-            progress=bar,
+        workers = options.workers if options.workers is not None else default_workers()
+        returned = orchestrated.run(
+            config, verbose, "health:health_check", ctx, workers, options=options, progress=bar
         )
+        outcome: HealthOutcome = returned.result
+        return outcome
     finally:
         if bar is not None:
             bar.close()
-    return returned.result

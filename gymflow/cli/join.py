@@ -16,15 +16,15 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from gymflow import storage
-from gymflow.cli.config import compose, configure_storage, flags_given, prepare_prefect, recording
+from gymflow.cli.config import compose, configure_storage, flags_given, run_context
 from gymflow.cli.gym_config import split_overrides
 from gymflow.cli.logs import configure_logging
 from gymflow.cli.progress import progress_bar
-from gymflow.config import GymflowConfig, JoinConfig
+from gymflow.config import JoinConfig
 from gymflow.errors import GymflowError, UsageError
 
 if TYPE_CHECKING:
-    from gymflow.join import JoinResult, JoinSettings
+    pass
 
 USAGE_EXIT = 2
 
@@ -151,18 +151,29 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace, extras: Seque
         print(f"{parser.prog}: error: {exc}", file=sys.stderr)
         return USAGE_EXIT
     try:
-        with recording(composed):
+        ctx = run_context(composed)
+        bar = progress_bar(storage.size(settings.rollouts), "join")
+        try:
             if cfg.direct:
-                bar = progress_bar(storage.size(settings.rollouts), "join")
-                try:
-                    result = run_join(
-                        settings, use_cache=not cfg.no_cache, workers=cfg.workers or 1, progress=bar
-                    )
-                finally:
-                    if bar is not None:
-                        bar.close()
+                result = run_join(
+                    settings, ctx, use_cache=not cfg.no_cache, workers=cfg.workers or 1, progress=bar
+                )
             else:
-                result = _run_flow(config, settings, cfg.workers, not cfg.no_cache, cfg.verbose)
+                from gymflow.cli import orchestrated
+
+                result = orchestrated.run(
+                    config,
+                    cfg.verbose,
+                    "join:join_flow",
+                    ctx,
+                    _workers(cfg.workers),
+                    settings=settings,
+                    use_cache=not cfg.no_cache,
+                    progress=bar,
+                )
+        finally:
+            if bar is not None:
+                bar.close()
     except GymflowError as exc:
         print(f"{parser.prog}: error: {exc}", file=sys.stderr)
         return USAGE_EXIT
@@ -189,30 +200,3 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace, extras: Seque
     for error in result.errors:
         print(f"row error: {error}", file=sys.stderr)
     return 1 if summary["row_errors"] else 0
-
-
-def _run_flow(
-    config: GymflowConfig, settings: JoinSettings, workers: int | None, use_cache: bool, verbose: bool
-) -> JoinResult:
-    prepare_prefect(config, verbose)
-    from gymflow.flows._runtime import offloading_runner, run_flow
-    from gymflow.flows.join import join_flow
-
-    limit = _workers(workers)
-    bar = progress_bar(storage.size(settings.rollouts), "join")
-    try:
-        runner, offload = offloading_runner(config.runner, limit)
-        result: JoinResult = run_flow(
-            join_flow,
-            runner,
-            offload_workers=offload,
-            settings=settings,
-            workers=limit,
-            use_cache=use_cache,
-            storage_options=storage.current_options(),
-            progress=bar,
-        )
-    finally:
-        if bar is not None:
-            bar.close()
-    return result

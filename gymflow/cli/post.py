@@ -16,13 +16,14 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from gymflow import provenance, storage
-from gymflow.cli.config import Composed, compose, configure_storage, flags_given, prepare_prefect, recording
+from gymflow.cli.config import Composed, compose, configure_storage, flags_given, run_context
 from gymflow.cli.logs import configure_logging
 from gymflow.config import PostConfig, PostSection, ReverifySection
 from gymflow.errors import GymflowError, UsageError
 
 if TYPE_CHECKING:  # the pipeline (every command's core) is imported when post runs, not by the parser
     from gymflow.pipeline import PipelineSummary, PostOptions
+    from gymflow.run_context import RunContext
 
 # flag destination -> key of config/post.yaml
 _FLAGS = {"config": "config_paths", "direct": "direct", "no_cache": "no_cache", "verbose": "verbose"}
@@ -57,16 +58,17 @@ def compose_post(flags: Mapping[str, Any], overrides: Sequence[str]) -> tuple[Co
     return composed, composed.validate(PostConfig)
 
 
-def build_options(
-    run_dir: str, config_files: Sequence[str], overrides: Sequence[str], use_cache: bool
-) -> PostOptions:
-    """Config files and overrides -> validated :class:`PostOptions` (the deployments' entry,
-    which receive the same things as parameters)."""
+def compose_options(
+    run_dir: str, config_files: Sequence[str], overrides: Sequence[str]
+) -> tuple[Composed, PostOptions]:
+    """Config files and overrides -> the composed config and validated :class:`PostOptions`
+    (the deployments' entry, which receive the same things as parameters)."""
     flags: dict[str, Any] = {"config_paths": list(config_files)} if config_files else {}
-    if not use_cache:
-        flags["no_cache"] = True
     composed, config = compose_post(flags, overrides)
-    return post_options(run_dir, composed, config)
+    from gymflow.frozen import thaw
+
+    with storage.using(thaw(composed.settings.storage.options)):
+        return composed, post_options(run_dir, composed, config)
 
 
 def post_options(run_dir: str, composed: Composed, config: PostConfig) -> PostOptions:
@@ -145,14 +147,14 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace, extras: Seque
         return 1
     configure_logging(config.verbose)
     try:
-        with recording(composed):
-            if config.direct:
-                from gymflow.pipeline import DirectSteps, run_post
+        ctx = run_context(composed)
+        if config.direct:
+            from gymflow.pipeline import direct_runner, run_post
 
-                summary = run_post(options, DirectSteps(), _echo)
-                url = None
-            else:
-                summary, url = _run_flow(settings, options, config.verbose)
+            summary = run_post(options, direct_runner(ctx), _echo)
+            url = None
+        else:
+            summary, url = _run_flow(settings, options, ctx, config.verbose)
     except GymflowError as exc:
         print(f"Error: {exc}", file=sys.stderr)
         return 1
@@ -167,28 +169,17 @@ def _print_summary(summary: PipelineSummary, flow_run_url: str | None) -> None:
         _echo(f"  flow run: {flow_run_url}")
 
 
-def _run_flow(settings: Any, options: PostOptions, verbose: bool) -> tuple[PipelineSummary, str | None]:
+def _run_flow(
+    settings: Any, options: PostOptions, ctx: RunContext, verbose: bool
+) -> tuple[PipelineSummary, str | None]:
     if storage.is_local(options.run):  # the local inputs hash while Prefect is imported
         with suppress(GymflowError):  # a bad pattern is reported by the run itself
             provenance.prefetch(
                 storage.glob(options.path(options.shards)) or [options.path(options.rollouts)]
             )
-    prepare_prefect(settings, verbose)
-    from prefect.task_runners import ThreadPoolTaskRunner
-
-    from gymflow.flows._runtime import run_flow
-    from gymflow.flows.post import post_flow
+    from gymflow.cli import orchestrated
     from gymflow.health import default_workers
 
-    # The post flow only composes subflows, each on the configured runner.
-    result = run_flow(
-        post_flow,
-        ThreadPoolTaskRunner(max_workers=1),
-        options=options,
-        step_runner=settings.runner,
-        workers=options.health.workers or default_workers(),
-        storage_options=storage.current_options(),
-    )
-    for line in result.console_lines:
-        _echo(line)
+    workers = options.health.workers or default_workers()
+    result = orchestrated.run(settings, verbose, "post:post_flow", ctx, workers, options=options, echo=_echo)
     return result.summary, result.flow_run_url

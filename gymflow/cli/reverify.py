@@ -9,24 +9,24 @@ import sys
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
-from gymflow import storage
 from gymflow.cli.config import (
     Composed,
     compose,
     configure_storage,
     describe,
     flags_given,
-    prepare_prefect,
-    recording,
+    run_context,
 )
 from gymflow.cli.gym_config import split_overrides
 from gymflow.cli.logs import configure_logging
 from gymflow.cli.progress import row_progress
-from gymflow.config import GymflowConfig
+from gymflow.config import GymflowConfig, RunnerConfig
 from gymflow.errors import GymflowError, UsageError
+from gymflow.run_context import RunContext
 
 INTERRUPTED = "Interrupted; {output} keeps the rows verified so far: rerun with --resume to continue."
 
@@ -145,11 +145,11 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace, extras: Seque
     verbose = bool(composed.data.get("verbose"))
     configure_logging(verbose)
     try:
-        with recording(composed):
-            if composed.data.get("direct"):
-                _run_direct(options, gym_config)
-            else:
-                _run_flow(settings, options, gym_config, verbose)
+        ctx = run_context(composed)
+        if composed.data.get("direct"):
+            _run_direct(options, gym_config, ctx)
+        else:
+            _run_flow(settings, options, gym_config, ctx, verbose)
     except GymflowError as exc:
         print(f"Error: {exc}", file=sys.stderr)
         return 1
@@ -174,40 +174,41 @@ def _keyboard_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
 
 
-def _run_direct(options: Any, gym_config: Mapping[str, Any]) -> None:
+def _run_direct(options: Any, gym_config: Mapping[str, Any], ctx: RunContext) -> None:
     from gymflow.reverify import run_reverify
 
     bar = row_progress("Collecting reverification results")
     try:
         with _keyboard_interrupt():
-            run_reverify(options, gym_config, echo=_echo, progress=bar, warn=_warn)
+            run_reverify(options, gym_config, echo=_echo, progress=bar, ctx=ctx, warn=_warn)
     finally:
         if bar is not None:
             bar.close()
 
 
-def _run_flow(settings: GymflowConfig, options: Any, gym_config: Mapping[str, Any], verbose: bool) -> None:
-    prepare_prefect(settings, verbose)
-    from prefect.task_runners import ThreadPoolTaskRunner
-
-    from gymflow.flows._runtime import run_flow
-    from gymflow.flows.reverify import reverify_flow
+def _run_flow(
+    settings: GymflowConfig, options: Any, gym_config: Mapping[str, Any], ctx: RunContext, verbose: bool
+) -> None:
+    from gymflow.cli import orchestrated
 
     bar = row_progress("Collecting reverification results")
     try:
         with _keyboard_interrupt():
-            # One batch task at a time: the concurrency bound lives inside it.
-            result = run_flow(
-                reverify_flow,
-                ThreadPoolTaskRunner(max_workers=1),
+            # One batch task at a time, on a thread here: the concurrency bound lives inside it,
+            # and its rows are recorded in this process as they complete.
+            here = replace(ctx, runner=RunnerConfig())
+            orchestrated.run(
+                settings,
+                verbose,
+                "reverify:reverify_flow",
+                here,
+                1,
                 options=options,
                 gym_config=dict(gym_config),
-                storage_options=storage.current_options(),
+                echo=_echo,
                 progress=bar,
                 warn=_warn,
             )
     finally:
         if bar is not None:
             bar.close()
-    for line in result.console_lines:
-        _echo(line)

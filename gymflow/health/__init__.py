@@ -7,6 +7,7 @@ into two reports.
 
 from gymflow.health._command import (
     COMMAND,
+    HealthOptions,
     HealthOutcome,
     cache_key,
     cached_outcome,
@@ -18,7 +19,6 @@ from gymflow.health._ranges import (
     HealthPlan,
     RangeResult,
     default_workers,
-    evaluate_all,
     evaluate_range,
     finish,
     plan,
@@ -46,6 +46,7 @@ __all__ = [
     "CheckId",
     "CoverageState",
     "Finding",
+    "HealthOptions",
     "HealthOutcome",
     "HealthPlan",
     "HealthReport",
@@ -58,7 +59,6 @@ __all__ = [
     "cache_key",
     "cached_outcome",
     "default_workers",
-    "evaluate_all",
     "evaluate_range",
     "finish",
     "normalize_ignored",

@@ -4,14 +4,25 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from contextlib import nullcontext
+from dataclasses import dataclass, replace
 from typing import Any
 
-from gymflow import locking, provenance, storage
-from gymflow.health._ranges import HealthPlan, Progress, evaluate_all, plan, report_dir_for
+from gymflow import provenance, scratch, storage
+from gymflow.executor import Executor, LocalExecutor, Step
+from gymflow.health._ranges import (
+    EVALUATE_RANGE,
+    HealthPlan,
+    Progress,
+    RangeResult,
+    RangeWork,
+    finish,
+    plan,
+    report_dir_for,
+)
 from gymflow.health._report import HealthReport, console_line, write_reports_digested
+from gymflow.run_context import RunContext
 
 logger = logging.getLogger(__name__)
 COMMAND = "eval health-check"
@@ -43,7 +54,7 @@ def record_outputs(
     report: HealthReport,
     report_dir: str,
     inputs: Sequence[provenance.FileDigest],
-    orchestrator: Mapping[str, Any],
+    ctx: RunContext,
     started_at: str,
 ) -> HealthOutcome:
     """Write both reports, then (last) their provenance record."""
@@ -56,7 +67,8 @@ def record_outputs(
         inputs=list(inputs),
         outputs=[summary, verdicts],
         parameters={**parameters(plan_), "workers": plan_.workers},
-        orchestrator=orchestrator,
+        orchestrator=ctx.orchestrator,
+        config=ctx.config,
         started_at=started_at,
         finished_at=provenance.timestamp(),
     )
@@ -70,27 +82,53 @@ def cached_outcome(summary_url: str, record_url: str) -> HealthOutcome:
     return HealthOutcome(summary, summary_url, record_url, True, console_line(summary))
 
 
+@dataclass(frozen=True)
+class HealthOptions:
+    """One health run, validated (``gymflow.options`` builds it from the command's config)."""
+
+    paths: tuple[str, ...]
+    report_dir: str | None = None
+    """Default: beside the first file."""
+    workers: int | None = None
+    ignored_checks: tuple[str, ...] = ()
+    use_cache: bool = True
+
+
+_WriteJob = tuple[HealthPlan, HealthReport, str, Sequence[provenance.FileDigest], RunContext, str]
+
+
+def _write(job: _WriteJob) -> HealthOutcome:
+    return record_outputs(*job)
+
+
+HASH_INPUT: Step[str, provenance.FileDigest] = Step("hash-input", provenance.digest, io=True)
+WRITE_REPORTS: Step[_WriteJob, HealthOutcome] = Step("write-reports", _write, io=True)
+
+
 def run_health(
-    paths: Sequence[str],
-    report_dir: str | None = None,
-    workers: int | None = None,
-    ignored_checks: str | Iterable[str] | None = None,
-    *,
-    use_cache: bool = True,
+    options: HealthOptions,
+    ctx: RunContext | None = None,
+    executor: Executor | None = None,
     progress: Progress | None = None,
 ) -> HealthOutcome:
     """Health-check rollout JSONL files and write ``quality_summary.json``, ``rollout_verdicts.jsonl``
-    and ``quality_summary.provenance.json`` into ``report_dir`` (default: beside the first file).
+    and ``quality_summary.provenance.json`` into the report directory; the one sequence of the
+    command, whatever ``executor`` runs its steps (default: this process and a pool of
+    ``workers`` processes). ``progress`` is advanced by each range's bytes as it completes.
 
     With ``use_cache``, a run whose record shows the same inputs and parameters, and whose reports
     are intact, does no work and returns ``up_to_date=True``.
     """
-    started_at = provenance.timestamp()
-    plan_ = plan(paths, workers, ignored_checks)
-    directory = report_dir_for(paths, report_dir)
-    summary_url = storage.join(directory, "quality_summary.json")
-    with locking.run_lock(summary_url, COMMAND):
-        return _run_locked(plan_, directory, summary_url, use_cache, progress, started_at)
+    ctx = ctx or RunContext()
+    with ctx.active():
+        plan_ = plan(options.paths, options.workers, options.ignored_checks)
+        directory = report_dir_for(options.paths, options.report_dir)
+        summary_url = storage.join(directory, "quality_summary.json")
+        with ctx.lock(summary_url, COMMAND):
+            if executor is not None:
+                return _run_locked(plan_, directory, summary_url, options.use_cache, ctx, executor, progress)
+            with LocalExecutor(ctx, plan_.workers, "running rollout health checks") as local:
+                return _run_locked(plan_, directory, summary_url, options.use_cache, ctx, local, progress)
 
 
 def _run_locked(
@@ -98,28 +136,50 @@ def _run_locked(
     directory: str,
     summary_url: str,
     use_cache: bool,
+    ctx: RunContext,
+    executor: Executor,
     progress: Progress | None,
-    started_at: str,
 ) -> HealthOutcome:
     """The run once the lock of its reports is held (see :mod:`gymflow.locking`)."""
+    started_at = provenance.timestamp()
     record_url = provenance.record_path(summary_url)
+    located = [executor.locate(path) for path in plan_.paths]
+    provenance.prefetch(located)  # hashing overlaps what follows
+    inputs: list[provenance.FileDigest] | None = None
     if use_cache and _may_be_current(record_url, plan_.paths):
-        inputs = _digests(plan_.paths)
+        inputs = executor.map(HASH_INPUT, located)
         if provenance.up_to_date(record_url, cache_key(plan_, inputs)):
             logger.info("reports are up to date: %s", record_url)
             return cached_outcome(summary_url, record_url)
-        report = evaluate_all(plan_, progress)
-    else:
-        # Nothing can be up to date, so hashing the inputs overlaps the evaluation.
-        with ThreadPoolExecutor(max_workers=1) as hasher:
-            hashing = hasher.submit(_digests, plan_.paths)
-            report = evaluate_all(plan_, progress)
-            inputs = hashing.result()
-    return record_outputs(plan_, report, directory, inputs, {"kind": "direct"}, started_at)
+    if inputs is None and executor.persistent:  # range results are stored under their input's hash
+        inputs = executor.map(HASH_INPUT, located)
+    sha = [digest.sha256 for digest in inputs] if inputs is not None else [""] * len(located)
 
+    def done(work: RangeWork, _: RangeResult) -> None:
+        if progress is not None:
+            progress(work.byte_range.end - work.byte_range.start)
 
-def _digests(paths: Sequence[str]) -> list[provenance.FileDigest]:
-    return [provenance.digest(path) for path in paths]
+    with (
+        scratch.temporary_dir("health")
+        if not executor.persistent and executor.same_machine
+        else nullcontext(None)
+    ) as spill_dir:
+        work = [
+            RangeWork(
+                replace(byte_range, path=located[byte_range.source_index]),
+                plan_.ignored,
+                sha[byte_range.source_index],
+                spill_dir,
+            )
+            for byte_range in plan_.ranges
+        ]
+        results = executor.map(EVALUATE_RANGE.cached(use_cache), work, done=done)
+        report = finish(plan_, results, executor)
+    if inputs is None:
+        inputs = executor.map(HASH_INPUT, located)
+    reports = [summary_url, storage.join(directory, "rollout_verdicts.jsonl")]
+    write = WRITE_REPORTS.writing(reports, [digest.uri for digest in inputs])
+    return executor.call(write, (plan_, report, directory, inputs, ctx, started_at))
 
 
 def _may_be_current(record_url: str, paths: Sequence[str]) -> bool:

@@ -15,11 +15,11 @@ import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import nullcontext, suppress
 from dataclasses import dataclass
-from functools import partial
 from pathlib import PurePath
 
-from gymflow import parallel, scratch, storage
+from gymflow import scratch, storage
 from gymflow.errors import InputError, UsageError
+from gymflow.executor import Executor, Step
 from gymflow.health._evaluate import RowResult, RunStats, evaluate_line, is_blank
 from gymflow.health._registry import normalize_ignored
 from gymflow.health._report import HealthReport, merge_runs
@@ -121,18 +121,19 @@ def evaluate_range(
 
 
 def finish(
-    plan_: HealthPlan, results: Sequence[RangeResult], workers: parallel.Workers | None = None
+    plan_: HealthPlan, results: Sequence[RangeResult], executor: Executor | None = None
 ) -> HealthReport:
-    """Place range-local rows in input order, sort each range's rows into a run (in ``workers``
-    when given, into local files: beside a spilled range, else in a scratch directory) and merge
-    the runs into the report."""
-    packed = workers is not None and any(result.spill is None for result in results)
+    """Place range-local rows in input order, sort each range's rows into a run (as steps of
+    ``executor`` when it runs on this machine, into local files: beside a spilled range, else in a
+    scratch directory; otherwise here, in memory) and merge the runs into the report."""
+    sorter = executor if executor is not None and executor.same_machine else None
+    packed = sorter is not None and any(result.spill is None for result in results)
     with scratch.temporary_dir("runs") if packed else nullcontext("") as runs_dir:
-        return _finish(plan_, results, workers, runs_dir)
+        return _finish(plan_, results, sorter, runs_dir)
 
 
 def _finish(
-    plan_: HealthPlan, results: Sequence[RangeResult], workers: parallel.Workers | None, runs_dir: str
+    plan_: HealthPlan, results: Sequence[RangeResult], sorter: Executor | None, runs_dir: str
 ) -> HealthReport:
     ordered = sorted(results, key=lambda r: (r.byte_range.source_index, r.byte_range.start))
     jobs: list[_SortJob] = []
@@ -148,13 +149,13 @@ def _finish(
         # from the same bytes under another path.
         placement = Placement(source, source_file_name(plan_.paths[source]), line_offset, ordinal_offset)
         run_file = result.spill + ".sorted" if result.spill else os.path.join(runs_dir, f"run-{len(jobs)}")
-        jobs.append((result, placement, None if workers is None else run_file))
+        jobs.append((result, placement, None if sorter is None else run_file))
         line_offset += result.physical_lines
         ordinal_offset += result.row_count
-    if workers is None:
+    if sorter is None:
         runs = [_sort_job(job) for job in jobs]
     else:
-        runs = workers.map(_sort_job, jobs, done=_sorted)
+        runs = sorter.map(SORT_RUN, jobs, done=_sorted)
     return merge_runs([run.entries() for run in runs], plan_.ignored, stats)
 
 
@@ -175,27 +176,45 @@ def _sorted(job: _SortJob, _: SortedRun) -> None:
             os.unlink(job[0].spill)
 
 
-def _evaluate_and_spill(byte_range: ByteRange, ignored: tuple[str, ...], spill_dir: str) -> RangeResult:
-    path = os.path.join(spill_dir, f"range-{byte_range.source_index}-{byte_range.start}")
-    return evaluate_range(byte_range, ignored, spill=path)
+@dataclass(frozen=True, slots=True)
+class RangeWork:
+    """One range to evaluate: where its bytes are, what to skip, and (for a result store) the
+    SHA-256 of its input; ``spill_dir``: a local directory for its rows (the direct path)."""
+
+    byte_range: ByteRange
+    ignored: tuple[CheckId, ...]
+    input_sha256: str = ""
+    spill_dir: str | None = None
 
 
-def evaluate_all(plan_: HealthPlan, progress: Progress | None = None) -> HealthReport:
-    """Evaluate every range and merge the rows into the report, in a process pool when that helps
-    (serially when it cannot run); rows wait on local disk, never in this process."""
+def _evaluate_work(work: RangeWork) -> RangeResult:
+    spill = None
+    if work.spill_dir is not None:
+        where = work.byte_range
+        spill = os.path.join(work.spill_dir, f"range-{where.source_index}-{where.start}")
+    return evaluate_range(work.byte_range, work.ignored, spill=spill)
 
-    def done(byte_range: ByteRange, _: RangeResult) -> None:
-        if progress is not None:
-            progress(byte_range.end - byte_range.start)
 
-    count = min(plan_.workers, len(plan_.ranges))
-    with (
-        scratch.temporary_dir("health") as spill_dir,
-        parallel.Workers(count, what="running rollout health checks") as workers,
-    ):
-        evaluate = partial(_evaluate_and_spill, ignored=tuple(plan_.ignored), spill_dir=spill_dir)
-        results = workers.map(evaluate, plan_.ranges, done=done)
-        return finish(plan_, results, workers)
+def _range_key(work: RangeWork) -> str:
+    from gymflow import __version__, provenance
+
+    where = work.byte_range
+    parts = {
+        "input": work.input_sha256,
+        "range": [where.source_index, where.start, where.end],
+        "ignored": sorted(work.ignored),
+        "gymflow": __version__,
+    }
+    return "health-range-" + provenance.cache_key("health-range", parts, []).removeprefix("sha256:")
+
+
+EVALUATE_RANGE: Step[RangeWork, RangeResult] = Step(
+    "evaluate-range", _evaluate_work, io=True, cpu=True, cache_key=_range_key
+)
+"""Evaluate one byte range (cached by the SHA-256 of its input, the range and the ignored checks,
+so a rerun after a crash redoes only the ranges that did not finish)."""
+
+SORT_RUN: Step[_SortJob, SortedRun] = Step("sort-run", _sort_job, cpu=True)
 
 
 def report_dir_for(paths: Sequence[str], report_dir: str | None) -> str:

@@ -11,7 +11,7 @@ Offline equivalent of NeMo Gym 0.7.0's rollout collection (``spec/evidence.md``)
 
 from gymflow.join._call_records import PAYLOAD_KEYS
 from gymflow.join._capture_store import CaptureRead, CaptureSource, CaptureStore, FileRead
-from gymflow.join._direct import run_join
+from gymflow.join._command import run_join
 from gymflow.join._file_join import (
     cache_key,
     concatenate_parts,

@@ -23,6 +23,7 @@ from gymflow.join._row import join_row_outcome
 from gymflow.join._settings import COMMAND, JoinSettings
 from gymflow.join._stats import JoinStats
 from gymflow.jsonline import LineError, dumps_exact, has_long_digits, loads_exact
+from gymflow.run_context import RunContext
 
 __all__ = [
     "cache_key",
@@ -257,7 +258,7 @@ def finish(
     stats: JoinStats,
     rollouts: provenance.FileDigest,
     output: provenance.FileDigest,
-    orchestrator: dict[str, Any],
+    ctx: RunContext,
     started_at: str,
 ) -> str:
     """Write the provenance record (last, after the output); return its URL.
@@ -277,7 +278,8 @@ def finish(
         inputs=[rollouts, *sorted(read.values(), key=lambda d: d.uri)],
         outputs=[output],
         parameters=settings.record_parameters(),
-        orchestrator=orchestrator,
+        orchestrator=ctx.orchestrator,
+        config=ctx.config,
         started_at=started_at,
         finished_at=provenance.timestamp(),
     )

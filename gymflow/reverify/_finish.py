@@ -20,6 +20,7 @@ from gymflow.aggregate._run import metrics_bytes
 from gymflow.aggregate._scan import GroupRef
 from gymflow.gym_config import RouteError
 from gymflow.reverify._plan import Echo, ReverifyPlan, Tally
+from gymflow.run_context import RunContext
 
 __all__ = ["COMMAND", "ReverifyOutcome", "finish"]
 
@@ -190,9 +191,7 @@ def banner(plan: ReverifyPlan, metrics: str | None, rows: int) -> list[str]:
     return lines
 
 
-def _record(
-    plan: ReverifyPlan, metrics: str | None, data: bytes | None, orchestrator: Mapping[str, Any]
-) -> None:
+def _record(plan: ReverifyPlan, metrics: str | None, data: bytes | None, ctx: RunContext) -> None:
     options = plan.options
     roles: list[tuple[str, str | None]] = [
         ("materialized", options.materialized_inputs_jsonl_fpath),
@@ -229,7 +228,8 @@ def _record(
         inputs=[d for _, d in inputs],
         outputs=outputs,
         parameters=parameters,
-        orchestrator=orchestrator,
+        orchestrator=ctx.orchestrator,
+        config=ctx.config,
         started_at=plan.started_at,
         finished_at=provenance.timestamp(),
         verifier=verifier,
@@ -249,7 +249,7 @@ def _record(
     provenance.write_record(plan.paths.record, record)
 
 
-def finish(plan: ReverifyPlan, echo: Echo, orchestrator: Mapping[str, Any] | None = None) -> ReverifyOutcome:
+def finish(plan: ReverifyPlan, echo: Echo, ctx: RunContext | None = None) -> ReverifyOutcome:
     """Sort the outputs, aggregate, print the banner, write the record; releases the plan."""
     try:
         plan.close_files()
@@ -280,7 +280,7 @@ def finish(plan: ReverifyPlan, echo: Echo, orchestrator: Mapping[str, Any] | Non
             from gymflow.reverify._guard import warning
 
             echo(warning(plan.unsafe_servers))
-        _record(plan, metrics, data, orchestrator or {"kind": "direct"})
+        _record(plan, metrics, data, ctx or RunContext())
         return ReverifyOutcome(
             output=plan.paths.output,
             sidecar=plan.paths.sidecar,

@@ -16,12 +16,12 @@ from typing import Any
 
 import httpx
 
-from gymflow import locking
 from gymflow.reverify._client import Result, TransportFactory, run, verify_stream
 from gymflow.reverify._finish import COMMAND, ReverifyOutcome, finish
 from gymflow.reverify._options import ReverifyOptions
 from gymflow.reverify._plan import Echo, Routed, prepare
 from gymflow.reverify._verify import completed_row, record_row, requests_of
+from gymflow.run_context import RunContext
 
 __all__ = ["Progress", "run_reverify"]
 
@@ -34,7 +34,7 @@ def run_reverify(
     gym_config: Mapping[str, Any],
     echo: Echo,
     progress: Progress | None = None,
-    orchestrator: Mapping[str, Any] | None = None,
+    ctx: RunContext | None = None,
     *,
     warn: Echo | None = None,
     transport: TransportFactory | None = None,
@@ -45,10 +45,9 @@ def run_reverify(
     Rows are streamed and recorded one by one; on any interruption the output is left resumable.
     ``timings``, when given, receives the seconds of ``prepare``, ``stream`` and ``finish``.
     """
-    with locking.run_lock(options.output_jsonl_fpath, COMMAND):
-        return _run(
-            options, gym_config, echo, progress, orchestrator, warn, transport, guard_transport, timings
-        )
+    ctx = ctx or RunContext()
+    with ctx.active(), ctx.lock(options.output_jsonl_fpath, COMMAND):
+        return _run(options, gym_config, echo, progress, ctx, warn, transport, guard_transport, timings)
 
 
 def _run(
@@ -56,7 +55,7 @@ def _run(
     gym_config: Mapping[str, Any],
     echo: Echo,
     progress: Progress | None,
-    orchestrator: Mapping[str, Any] | None,
+    ctx: RunContext,
     warn: Echo | None,
     transport: TransportFactory | None,
     guard_transport: httpx.BaseTransport | None,
@@ -105,6 +104,6 @@ def _run(
         raise
     marks["stream"] = time.perf_counter() - began
     began = time.perf_counter()
-    outcome = finish(plan, echo, orchestrator)
+    outcome = finish(plan, echo, ctx)
     marks["finish"] = time.perf_counter() - began
     return outcome

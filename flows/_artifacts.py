@@ -1,0 +1,101 @@
+"""The artifacts each command's outcome publishes to its flow run: a markdown summary, its inputs
+with their SHA-256, a link to every report (:func:`gymflow.flows._publish.publish`)."""
+
+from __future__ import annotations
+
+from gymflow import storage
+from gymflow.aggregate import AggregateOutcome
+from gymflow.flows._publish import publish, record_inputs
+from gymflow.health import HealthOutcome
+from gymflow.join import JoinResult, summary_paragraph
+from gymflow.reverify import ReverifyOutcome
+
+
+def publish_health(outcome: HealthOutcome) -> None:
+    """The run's artifacts (also for a cached run: they link the reports it found up to date)."""
+    report_dir = storage.parent(outcome.summary_url)
+    run = outcome.summary["run"]
+    rows = ["| verdict | rollouts |", "|---|---|"]
+    rows += [f"| {verdict} | {count} |" for verdict, count in run["verdicts"].items()]
+    rows += [f"| issue: {check} | {count} |" for check, count in run["issues"].items() if count]
+    state = " (up to date: nothing recomputed)" if outcome.up_to_date else ""
+    markdown = "\n".join([f"# eval health-check\n\n**{outcome.console_line}**{state}\n", *rows])
+    reports = {
+        "quality summary": outcome.summary_url,
+        "rollout verdicts": storage.join(report_dir, "rollout_verdicts.jsonl"),
+        "provenance": outcome.record_url,
+    }
+    publish("eval-health-check", report_dir, markdown, record_inputs(outcome.record_url), reports)
+
+
+def _aggregate_markdown(outcome: AggregateOutcome) -> str:
+    rows = ["# eval aggregate", "", "| group | key metrics |", "|---|---|"]
+    for entry in outcome.entries:
+        shown = ", ".join(f"{name} {value}" for name, value in entry.get("key_metrics", {}).items())
+        rows.append(f"| {entry['agent_ref']['name']} | {shown} |")
+    state = "up to date (nothing recomputed)" if outcome.up_to_date else "computed"
+    return "\n".join([*rows, "", f"{len(outcome.shards)} shard(s); {state}."])
+
+
+def publish_aggregate(outcome: AggregateOutcome) -> None:
+    reports = {"aggregate metrics": outcome.metrics_path, "provenance": outcome.record_path}
+    if outcome.merged:
+        reports = {"merged rollouts": outcome.output, **reports}
+    publish(
+        "eval-aggregate",
+        outcome.output,
+        _aggregate_markdown(outcome),
+        record_inputs(outcome.record_path),
+        reports,
+    )
+
+
+def publish_join(result: JoinResult) -> None:
+    """The run's artifacts (also for a cached run: they link the output it found up to date)."""
+    summary = result.summary
+    if result.up_to_date:
+        markdown = "# eval join\n\nJoined rollouts are up to date: nothing recomputed."
+    else:
+        rows = ["| measure | value |", "|---|---|"]
+        rows += [
+            f"| {k} | {summary[k]} |"
+            for k in ("rows", "merged", "projected", "projection_failed", "perf_rows", "row_errors")
+        ]
+        rows += [f"| gap: {code} | {count} |" for code, count in summary["gap_counts"].items()]
+        markdown = "\n".join([f"# eval join\n\n**{summary_paragraph(summary)}**\n", *rows])
+    reports = {"joined rollouts": result.settings.output, "provenance": result.record_url}
+    publish("eval-join", result.settings.output, markdown, record_inputs(result.record_url), reports)
+
+
+def publish_reverify(outcome: ReverifyOutcome, cached: int = 0) -> None:
+    reports = {"reverified rollouts": outcome.output, "failures sidecar": outcome.sidecar}
+    if outcome.metrics_path:
+        reports["aggregate metrics"] = outcome.metrics_path
+    reports["provenance"] = outcome.record_path
+    markdown = _reverify_markdown(outcome, cached)
+    publish("eval-reverify", outcome.output, markdown, record_inputs(outcome.record_path), reports)
+
+
+def _reverify_markdown(outcome: ReverifyOutcome, cached: int) -> str:
+    tally = outcome.tally
+    failures = ", ".join(f"{count} {name}" for name, count in sorted(tally.failures.items())) or "none"
+    return (
+        "# eval reverify\n\n"
+        f"| selected | skipped by resume | verified | succeeded | failed | duplicates | unmatched |\n"
+        "|---|---|---|---|---|---|---|\n"
+        f"| {tally.selected} | {tally.skipped_by_resume} | {tally.verified} | {tally.succeeded} "
+        f"| {tally.routed_failures} | {tally.duplicates} | {tally.unmatched} |\n\n"
+        f"Failures by class: {failures}. Batches reused from the cache: {cached}."
+    )
+
+
+def publish_outcome(outcome: object) -> None:
+    """The artifacts of any command's outcome (what ``eval post`` publishes for each step)."""
+    if isinstance(outcome, AggregateOutcome):
+        publish_aggregate(outcome)
+    elif isinstance(outcome, HealthOutcome):
+        publish_health(outcome)
+    elif isinstance(outcome, JoinResult):
+        publish_join(outcome)
+    elif isinstance(outcome, ReverifyOutcome):
+        publish_reverify(outcome)

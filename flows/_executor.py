@@ -1,0 +1,128 @@
+"""The Prefect executor: a runner's steps as Prefect tasks.
+
+:meth:`PrefectExecutor.map` submits one task per item to the flow's task runner (threads here,
+whose CPU-bound steps hand their work to a pool of core-only processes, or a Dask cluster);
+:meth:`~PrefectExecutor.call` runs one task inline in the flow's thread, so the steps that write
+reports always run in the client. Each task's only parameter is its work item (quoted: Prefect
+does not walk it); the run context travels inside the task. A step's cache key becomes the task's
+(results persist to the result store), its lineage the task's assets, and only transient storage
+failures are retried.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+from prefect import Task, task
+from prefect.assets import materialize
+from prefect.cache_policies import NO_CACHE
+from prefect.client.schemas.objects import TaskRun
+from prefect.context import TaskRunContext
+from prefect.states import State
+from prefect.utilities.annotations import quote
+
+from gymflow import parallel, storage
+from gymflow.errors import InputError, StorageError, UsageError
+from gymflow.executor import Done, Step, in_context
+from gymflow.run_context import RunContext
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+RETRY_DELAYS_S = [1.0, 4.0, 10.0]
+"""Three retries of a transient storage failure, after 1, 4 and 10 seconds."""
+
+
+def is_transient(error: BaseException | None) -> bool:
+    """Whether a failure may go away on its own: a storage backend's, or the network's. A bad
+    input, a wrong call or a bug fails the same way every time."""
+    if isinstance(error, InputError | UsageError):
+        return False
+    return isinstance(error, StorageError | TimeoutError | ConnectionError)
+
+
+def _retry_transient(_: Task[..., Any], __: TaskRun, state: State[Any]) -> bool:
+    return is_transient(state.result(raise_on_failure=False))  # type: ignore[arg-type]
+
+
+def _unquoted(value: Any) -> Any:
+    return value.unwrap() if isinstance(value, quote) else value
+
+
+class PrefectExecutor:
+    """Steps as tasks of the running flow (see the module docstring)."""
+
+    persistent = True
+
+    def __init__(self, ctx: RunContext, pool: parallel.Workers | None, remote: bool) -> None:
+        self.ctx = ctx
+        self._pool = pool
+        self.same_machine = not remote
+        self._tasks: dict[tuple[str, bool], Task[..., Any]] = {}
+
+    def locate(self, path: str) -> str:
+        return path if self.same_machine else storage.to_uri(path)
+
+    def _task(self, step: Step[T, R], submitted: bool) -> Task[..., R]:
+        key = (f"{step.name}:{step.refresh}:{step.lineage}", submitted)
+        if key in self._tasks:
+            return self._tasks[key]
+        ctx, function = self.ctx, step.function
+        pool = self._pool if step.cpu and submitted else None
+
+        def body(item: T) -> R:
+            if pool is not None:
+                return pool.call(in_context, ctx, function, item)
+            return in_context(ctx, function, item)
+
+        body.__name__ = step.name.replace("-", "_")
+        options: dict[str, Any] = {"name": step.name}
+        if step.io:
+            options |= {"retries": len(RETRY_DELAYS_S), "retry_delay_seconds": RETRY_DELAYS_S}
+            options["retry_condition_fn"] = _retry_transient
+        content_key = step.cache_key
+        if content_key is None:
+            options["cache_policy"] = NO_CACHE
+        else:
+
+            def cache_key(_: TaskRunContext, parameters: dict[str, Any]) -> str:
+                return content_key(_unquoted(parameters["item"]))
+
+            options |= {"cache_key_fn": cache_key, "persist_result": True, "refresh_cache": step.refresh}
+        made: Task[..., R]
+        if step.lineage is None:
+            made = task(**options)(body)
+        else:
+            outputs, inputs = step.lineage
+            assets = [storage.to_uri(url) for url in outputs]
+            deps = list(dict.fromkeys(storage.to_uri(url) for url in inputs))
+            made = materialize(*assets, asset_deps=deps, **options)(body)  # type: ignore[arg-type]
+        self._tasks[key] = made
+        return made
+
+    def map(self, step: Step[T, R], items: Sequence[T], *, done: Done[T, R] | None = None) -> list[R]:
+        submit = self._task(step, submitted=True)
+        futures = [submit.submit(quote(item)) for item in items]
+        results: list[R] = []
+        for item, future in zip(items, futures, strict=True):
+            results.append(future.result())
+            if done is not None:
+                done(item, results[-1])
+        return results
+
+    def call(self, step: Step[T, R], item: T) -> R:
+        run: Callable[..., R] = self._task(step, submitted=False)
+        return run(quote(item))
+
+
+@contextmanager
+def prefect_executor(ctx: RunContext, workers: int, remote: bool, what: str) -> Iterator[PrefectExecutor]:
+    """The executor of a flow run: with a pool of ``workers`` core-only processes for CPU-bound
+    steps on this machine (``remote``: the task runner's workers compute them, no pool)."""
+    if remote:
+        yield PrefectExecutor(ctx, None, remote=True)
+        return
+    with parallel.Workers(workers, what=what) as pool:
+        yield PrefectExecutor(ctx, pool, remote=False)

@@ -1,0 +1,181 @@
+"""``eval aggregate``'s one sequence: select, hash, scan each shard, merge while reducing, write.
+
+:func:`run_aggregate` runs it on any :class:`~gymflow.executor.Executor`: this process (and, with
+``workers`` > 1, a pool reading local shards) for ``--direct``, Prefect tasks for the default
+mode. One task per shard reads it (parse, per-row facts, sidecars), cached by the SHA-256 of the
+shard and its sidecars and the output-affecting options, so after one shard changes a rerun reads
+only that shard.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from gymflow import provenance, scratch, storage
+from gymflow.aggregate._reduce import Reduction
+from gymflow.aggregate._run import (
+    COMMAND,
+    AggregateOptions,
+    AggregateOutcome,
+    Echo,
+    ShardPart,
+    apply_server_metrics,
+    cached_entries,
+    is_up_to_date,
+    loaded_line,
+    merge_and_reduce,
+    prehash,
+    report_run,
+    scan_part,
+    up_to_date_line,
+    write_outputs,
+)
+from gymflow.aggregate._select import select_shards
+from gymflow.executor import Executor, LocalExecutor, Step
+from gymflow.provenance import FileDigest
+from gymflow.run_context import RunContext
+
+__all__ = ["run_aggregate"]
+
+Digests = tuple[tuple[str, FileDigest], ...]
+Merged = tuple[Reduction, FileDigest | None]
+
+
+@dataclass(frozen=True)
+class ShardWork:
+    """One shard to read: where (as the executor's workers reach it), its place, the run's
+    options, the local spool directory for a remote shard's bytes, and the digests of the run."""
+
+    shard: str
+    index: int
+    options: AggregateOptions
+    spool_dir: str | None
+    digests: Digests
+
+
+def _scan(work: ShardWork) -> ShardPart:
+    return scan_part(work.shard, work.index, work.options, work.spool_dir)
+
+
+def _shard_key(work: ShardWork) -> str:
+    own = {f"{role}:{work.index}" for role in ("shard", "failures", "materialized")}
+    sources = [(role, digest.sha256) for role, digest in work.digests if role in own]
+    settings: dict[str, Any] = {
+        "options": work.options.parameters(),
+        "shard": storage.to_uri(work.shard),
+        "index": work.index,
+    }
+    if not storage.is_local(work.shard):
+        settings["spool_dir"] = work.spool_dir  # the spooled copy lives for one run only
+    key = provenance.cache_key("task:aggregate-shard", settings, sources)
+    return f"aggregate-shard-{key.removeprefix('sha256:')}"
+
+
+def _prehash(job: tuple[Sequence[str], AggregateOptions]) -> Digests:
+    return tuple(prehash(*job))
+
+
+def _merge_and_reduce(job: tuple[Sequence[ShardPart], AggregateOptions]) -> Merged:
+    return merge_and_reduce(*job)
+
+
+def _server_metrics(job: tuple[Reduction, AggregateOptions, Sequence[str]]) -> Reduction:
+    apply_server_metrics(*job)
+    return job[0]
+
+
+_WriteJob = tuple[
+    Sequence[ShardPart], Reduction, AggregateOptions, RunContext, str, provenance.FileDigest | None
+]
+
+
+def _write(job: _WriteJob) -> None:
+    write_outputs(*job)
+
+
+PREHASH: Step[tuple[Sequence[str], AggregateOptions], Digests] = Step("prehash", _prehash, io=True)
+SCAN_SHARD: Step[ShardWork, ShardPart] = Step("scan-shard", _scan, io=True, cpu=True, cache_key=_shard_key)
+MERGE_AND_REDUCE: Step[
+    tuple[Sequence[ShardPart], AggregateOptions], tuple[Reduction, provenance.FileDigest | None]
+] = Step("merge-and-reduce", _merge_and_reduce)
+"""Not retried: a failing reduce would fail again, and a rerun reads the shards from the cache."""
+SERVER_METRICS: Step[tuple[Reduction, AggregateOptions, Sequence[str]], Reduction] = Step(
+    "server-metrics", _server_metrics, io=True
+)
+WRITE_OUTPUTS: Step[_WriteJob, None] = Step("write-outputs", _write, io=True)
+
+
+def _quiet(_: str) -> None:
+    return None
+
+
+def run_aggregate(
+    options: AggregateOptions,
+    ctx: RunContext | None = None,
+    executor: Executor | None = None,
+    echo: Echo = _quiet,
+    progress: Callable[[int], None] | None = None,
+) -> AggregateOutcome:
+    """Merge the shards of ``options.input_glob`` into ``options.output`` and compute the
+    metrics, holding the run lock of the output throughout (default executor: this process, and
+    ``options.workers`` processes reading local shards). ``progress`` advances by each shard's
+    bytes as it is read."""
+    ctx = ctx or RunContext()
+    with ctx.active(), ctx.lock(options.output, COMMAND):
+        if executor is not None:
+            return _run(options, ctx, executor, echo, progress)
+        with LocalExecutor(ctx, options.workers or 1, "reading shards") as local:
+            return _run(options, ctx, local, echo, progress)
+
+
+def _run(
+    options: AggregateOptions,
+    ctx: RunContext,
+    executor: Executor,
+    echo: Echo,
+    progress: Callable[[int], None] | None,
+) -> AggregateOutcome:
+    started_at = provenance.timestamp()
+    shards = select_shards(options.input_glob, options.output)
+    outcome = AggregateOutcome(
+        shards, options.output, options.merge_shards, options.metrics_path, options.record_path, False
+    )
+    echo(f"Aggregating {len(shards)} shard(s):")
+    for shard in shards:
+        echo(f"  - {shard}")
+    located = [executor.locate(shard) for shard in shards]
+    digests = executor.call(PREHASH, (located, options)) if options.use_cache or executor.persistent else ()
+    if options.use_cache and is_up_to_date(shards, options, digests):
+        outcome.up_to_date = True
+        echo(up_to_date_line(options))
+        outcome.entries = cached_entries(options)
+        return outcome
+    spool_dir = scratch.scratch_dir("aggregate") if executor.same_machine else None
+    # Remote shards are read in this process: network-bound, and their storage options (sessions,
+    # credentials) need not survive pickling into another.
+    scan = SCAN_SHARD if all(storage.is_local(shard) for shard in shards) else replace(SCAN_SHARD, cpu=False)
+
+    def done(_: ShardWork, part: ShardPart) -> None:
+        if progress is not None:
+            progress(part.scan.nbytes)
+
+    try:
+        work = [ShardWork(shard, index, options, spool_dir, digests) for index, shard in enumerate(located)]
+        parts = executor.map(scan.cached(options.use_cache), work, done=done)
+        echo(loaded_line(parts))
+        if options.merge_shards:
+            echo(f"Merging shards into {options.output}")
+        reduction, merged = executor.call(MERGE_AND_REDUCE, (parts, options))
+    finally:
+        if spool_dir is not None:
+            shutil.rmtree(spool_dir, ignore_errors=True)
+    if options.server_metrics:
+        reduction = executor.call(SERVER_METRICS, (reduction, options, shards))
+    outputs = [options.metrics_path, options.record_path] + ([options.output] if merged else [])
+    write = WRITE_OUTPUTS.writing(outputs, [digest.uri for _, digest in digests])
+    executor.call(write, (parts, reduction, options, ctx, started_at, merged))
+    report_run(reduction, options, outcome, echo)
+    return outcome

@@ -1,0 +1,149 @@
+"""``eval join``'s one sequence: plan byte ranges of the rollouts file, join each into a part
+file beside the output (a range reads the capture files of its own rows, so capture I/O spreads
+over the workers with the rows), concatenate the parts atomically, write provenance.
+
+:func:`run_join` runs it on any :class:`~gymflow.executor.Executor`: this process and a pool of
+``workers`` processes (``--direct``), or Prefect tasks. A file of one range is joined straight
+into the output. Range results are not cached: they depend on capture files their parameters do
+not name; the command-level provenance check skips a whole unchanged join instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import Final
+
+from gymflow import provenance, storage
+from gymflow.errors import InputError
+from gymflow.executor import Executor, LocalExecutor, Step
+from gymflow.join._file_join import (
+    concatenate_parts,
+    current_key,
+    finish,
+    join_range,
+    missing_capture_warning,
+    part_urls,
+    plan_ranges,
+    remove_parts,
+)
+from gymflow.join._settings import COMMAND, JoinResult, JoinSettings
+from gymflow.join._stats import JoinStats
+from gymflow.run_context import RunContext
+
+__all__ = ["PARALLEL_MIN_BYTES", "run_join"]
+
+PARALLEL_MIN_BYTES: Final = 4 * 2**20
+"""Smaller rollouts files are joined as one range: a pool would cost more than it saves."""
+
+Progress = Callable[[int], None]
+"""Advanced by the number of rollouts bytes joined."""
+
+
+@dataclass(frozen=True)
+class RangeJob:
+    """The rows starting in bytes ``[start, end)`` of the rollouts file, joined into ``part``."""
+
+    settings: JoinSettings
+    start: int
+    end: int
+    part: str
+
+
+def _join(job: RangeJob) -> JoinStats:
+    return join_range(job.settings, job.start, job.end, job.part)
+
+
+def _concatenate(job: tuple[JoinSettings, list[str]]) -> provenance.FileDigest:
+    return concatenate_parts(*job)
+
+
+def _finish(
+    job: tuple[JoinSettings, JoinStats, provenance.FileDigest, provenance.FileDigest, RunContext, str],
+) -> str:
+    return finish(*job)
+
+
+HASH_ROLLOUTS: Step[str, provenance.FileDigest] = Step("hash-rollouts", provenance.digest, io=True)
+JOIN_RANGE: Step[RangeJob, JoinStats] = Step("join-range", _join, io=True, cpu=True)
+CONCATENATE: Step[tuple[JoinSettings, list[str]], provenance.FileDigest] = Step(
+    "concatenate-parts", _concatenate, io=True
+)
+WRITE_PROVENANCE = Step("write-provenance", _finish, io=True)
+
+
+def run_join(
+    settings: JoinSettings,
+    ctx: RunContext | None = None,
+    executor: Executor | None = None,
+    *,
+    use_cache: bool = True,
+    workers: int = 1,
+    parallel_min_bytes: int = PARALLEL_MIN_BYTES,
+    progress: Progress | None = None,
+) -> JoinResult:
+    """Join the whole rollouts file and write output and provenance (default executor: this
+    process and ``workers`` processes for files of at least ``parallel_min_bytes``). The output
+    bytes depend on neither."""
+    ctx = ctx or RunContext()
+    with ctx.active():
+        started_at = provenance.timestamp(datetime.now(UTC))
+        if not storage.isfile(settings.rollouts):
+            raise InputError(f"{settings.rollouts}: rollouts file not found")
+        ranges = workers if storage.size(settings.rollouts) >= parallel_min_bytes else 1
+        with ctx.lock(settings.output, COMMAND):
+            if executor is not None:
+                return _run(settings, ctx, executor, use_cache, ranges, started_at, progress)
+            with LocalExecutor(ctx, workers, "joining rollouts") as local:
+                return _run(settings, ctx, local, use_cache, ranges, started_at, progress)
+
+
+def _run(
+    settings: JoinSettings,
+    ctx: RunContext,
+    executor: Executor,
+    use_cache: bool,
+    workers: int,
+    started_at: str,
+    progress: Progress | None,
+) -> JoinResult:
+    """``workers``: 1 joins the file as one range, straight into the output."""
+    record_url = provenance.record_path(settings.output)
+    if use_cache and storage.exists(record_url) and provenance.up_to_date(record_url, current_key(settings)):
+        record = provenance.read_record(record_url) or {}
+        return JoinResult(settings, {"cache_key": record.get("cache_key")}, record_url, up_to_date=True)
+    warnings = missing_capture_warning(settings)
+    located = replace(
+        settings,
+        rollouts=executor.locate(settings.rollouts),
+        output=executor.locate(settings.output),
+        capture_dir=None if settings.capture_dir is None else executor.locate(settings.capture_dir),
+    )
+    provenance.prefetch([located.rollouts])  # hashing overlaps the join
+    single = workers <= 1
+    ranges = [(0, storage.size(settings.rollouts))] if single else plan_ranges(settings, workers)
+    parts = [located.output] if single else part_urls(located, len(ranges))
+    jobs = [RangeJob(located, start, end, part) for (start, end), part in zip(ranges, parts, strict=True)]
+    stats = JoinStats()
+
+    def done(job: RangeJob, part: JoinStats) -> None:
+        stats.merge(part)
+        if progress is not None:
+            progress(job.end - job.start)
+
+    try:
+        executor.map(JOIN_RANGE, jobs, done=done)
+        sources = [settings.rollouts, *([settings.capture_dir] if settings.capture_dir else [])]
+        if single:
+            output = provenance.digest(located.output)
+        else:
+            concatenate = CONCATENATE.writing([settings.output], sources)
+            output = executor.call(concatenate, (located, parts))
+    finally:
+        if not single:
+            remove_parts(parts)
+    rollouts = executor.call(HASH_ROLLOUTS, located.rollouts)
+    job = (settings, stats, rollouts, output, ctx, started_at)
+    record_url = executor.call(WRITE_PROVENANCE, job)
+    return JoinResult(settings, stats.summary(), record_url, warnings, list(stats.errors))
