@@ -18,9 +18,9 @@ from typing import Any, TypeVar
 from prefect import Task, task
 from prefect.assets import materialize
 from prefect.cache_policies import NO_CACHE
+from prefect.client.schemas.objects import State as _State
 from prefect.client.schemas.objects import TaskRun
 from prefect.context import TaskRunContext
-from prefect.states import State
 from prefect.utilities.annotations import quote
 
 from gymflow import parallel, storage
@@ -43,8 +43,9 @@ def is_transient(error: BaseException | None) -> bool:
     return isinstance(error, StorageError | TimeoutError | ConnectionError)
 
 
-def _retry_transient(_: Task[..., Any], __: TaskRun, state: State[Any]) -> bool:
-    return is_transient(state.result(raise_on_failure=False))  # type: ignore[arg-type]
+def _retry_transient(_: Task[..., Any], __: TaskRun, state: _State[Any]) -> bool:
+    error = state.result(raise_on_failure=False)
+    return isinstance(error, BaseException) and is_transient(error)
 
 
 def _unquoted(value: Any) -> Any:
@@ -74,7 +75,8 @@ class PrefectExecutor:
 
         def body(item: T) -> R:
             if pool is not None:
-                return pool.call(in_context, ctx, function, item)
+                result: R = pool.call(in_context, ctx, function, item)
+                return result
             return in_context(ctx, function, item)
 
         body.__name__ = step.name.replace("-", "_")
@@ -114,7 +116,8 @@ class PrefectExecutor:
 
     def call(self, step: Step[T, R], item: T) -> R:
         run: Callable[..., R] = self._task(step, submitted=False)
-        return run(quote(item))
+        result: R = run(quote(item))
+        return result
 
 
 @contextmanager

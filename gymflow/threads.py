@@ -12,6 +12,7 @@ import contextvars
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from functools import partial
 from typing import Any, ParamSpec, TypeVar
 
 __all__ = ["executor", "start"]
@@ -24,7 +25,8 @@ class _ContextExecutor(ThreadPoolExecutor):
     """A thread pool whose every call runs in a copy of the submitter's context."""
 
     def submit(self, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> Future[R]:
-        return super().submit(contextvars.copy_context().run, fn, *args, **kwargs)
+        context = contextvars.copy_context()
+        return super().submit(partial(context.run, fn, *args, **kwargs))
 
 
 def executor(workers: int, name: str) -> ThreadPoolExecutor:

@@ -299,7 +299,7 @@ def test_kinds_get_the_intended_verdicts(tmp_path: Path) -> None:
     rows = _rows(160, seed=9, avg_bytes=2_500, mix={kind: 1.0 for kind in KINDS})
     path = tmp_path / "rollouts.jsonl"
     path.write_bytes(b"".join(row.line for row in rows))
-    health.run_health([str(path)], workers=1, use_cache=False)
+    health.run_health(health.HealthOptions((str(path),), workers=1, use_cache=False))
     copies = Counter((row.task, row.rollout) for row in rows if row.kind != "unreadable")
     expected: Counter[str] = Counter()
     for row in rows:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import s3fs  # type: ignore[import-untyped]
 
-from gymflow import storage
+from gymflow import storage, threads
 from gymflow.errors import InputError, StorageError
 
 
@@ -371,19 +371,20 @@ def test_to_uri(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 # -- filesystems and configuration -------------------------------------------------------------
 
 
-def test_configure_is_copied_and_replaced() -> None:
+def test_options_are_copied_and_scoped() -> None:
     previous = storage.current_options()
-    try:
-        options = {"s3": {"endpoint_url": "http://127.0.0.1:1", "key": "k"}}
-        storage.configure(options)
+    options = {"s3": {"endpoint_url": "http://127.0.0.1:1", "key": "k"}}
+    with storage.using(options):
         options["s3"]["key"] = "changed"
         assert storage.current_options() == {"s3": {"endpoint_url": "http://127.0.0.1:1", "key": "k"}}
         storage.current_options()["s3"]["key"] = "mutated"
         assert storage.current_options()["s3"]["key"] == "k"
-        storage.configure({})
-        assert storage.current_options() == {}
-    finally:
-        storage.configure(previous)
+        with storage.using({}):
+            assert storage.current_options() == {}
+        seen: list[dict[str, dict[str, object]]] = []
+        threads.start(lambda: seen.append(storage.current_options()), name="gymflow-test").join()
+        assert seen == [{"s3": {"endpoint_url": "http://127.0.0.1:1", "key": "k"}}]  # threads inherit
+    assert storage.current_options() == previous
 
 
 def test_filesystem_uses_the_configured_options(s3_bucket: str, s3_server: str) -> None:
@@ -397,7 +398,8 @@ def test_filesystem_uses_the_configured_options(s3_bucket: str, s3_server: str) 
 
 
 def test_aws_endpoint_url_from_the_environment_is_enough(s3_bucket: str) -> None:
-    storage.configure({})
+    no_options = storage.using({})
+    no_options.__enter__()
     s3fs.S3FileSystem.clear_instance_cache()
     storage.write_atomic(f"{s3_bucket}/env.json", b"{}")
     assert storage.read_range(f"{s3_bucket}/env.json", 0, 10) == b"{}"

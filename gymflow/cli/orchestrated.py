@@ -13,7 +13,7 @@ from gymflow.run_context import RunContext
 
 
 def run(
-    settings: GymflowConfig, verbose: bool, flow: str, ctx: RunContext, workers: int, **parameters: Any
+    settings: GymflowConfig, verbose: bool, flow: str, ctx: RunContext, workers: int, /, **parameters: Any
 ) -> Any:
     """Run the flow ``flow`` (``module:attribute`` under ``gymflow.flows``) with ``parameters``.
 

@@ -13,7 +13,8 @@ from gymflow import provenance, storage
 from gymflow.aggregate import AggregateOptions, ReduceSettings, ScoreSpec, select_shards
 from gymflow.cli import main
 from gymflow.errors import InputError
-from gymflow.pipeline import DirectSteps, aggregate_then_health
+from gymflow.pipeline import aggregate_then_health, direct_runner
+from gymflow.run_context import RunContext
 
 from .rows import mcqa_rows, row, write_jsonl
 
@@ -24,7 +25,9 @@ def run(input_glob: str, output: str, **kwargs: Any) -> tuple[Any, list[str]]:
     kwargs.setdefault("health_check", False)
     kwargs.setdefault("workers", 1)  # the process pool costs a second per run; one test covers it
     outcome, _, run.health_error = aggregate_then_health(  # type: ignore[attr-defined]
-        AggregateOptions(input_glob=input_glob, output=output, **kwargs), DirectSteps(), lines.append
+        AggregateOptions(input_glob=input_glob, output=output, **kwargs),
+        direct_runner(RunContext()),
+        lines.append,
     )
     return outcome, lines
 

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from gymflow.health import run_health
+from gymflow.health import HealthOptions, run_health
 
 POLICY = {"type": "responses_api_models", "name": "policy"}
 JUDGE = {"type": "responses_api_models", "name": "judge"}
@@ -137,5 +137,9 @@ def health(tmp_path: Path, lines: list[Any], workers: int = 1, ignore: Any = Non
     run_dir = tmp_path / "run"
     run_dir.mkdir(parents=True, exist_ok=True)
     write_lines(run_dir / "rollouts.jsonl", lines)
-    run_health([str(run_dir / "rollouts.jsonl")], workers=workers, ignored_checks=ignore, use_cache=False)
+    run_health(
+        HealthOptions(
+            (str(run_dir / "rollouts.jsonl"),), workers=workers, ignored_checks=ignore, use_cache=False
+        )
+    )
     return Outcome(run_dir)

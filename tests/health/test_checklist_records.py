@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gymflow.health import ROLLOUT_CHECK_IDS, run_health
+from gymflow.health import ROLLOUT_CHECK_IDS, HealthOptions, run_health
 from tests.health.builders import TRAJECTORY_IDS, Outcome, health, line, record, trajectory, turn, write_lines
 
 OTHER_11 = [c for c in ROLLOUT_CHECK_IDS if c != "record_unreadable"]
@@ -46,7 +46,7 @@ def test_h03_crlf_and_missing_final_newline(tmp_path: Path) -> None:
     run_dir.mkdir()
     data = (line(record(0)) + "\r\n" + line(record(1))).encode()
     (run_dir / "rollouts.jsonl").write_bytes(data)
-    run_health([str(run_dir / "rollouts.jsonl")], workers=1, use_cache=False)
+    run_health(HealthOptions((str(run_dir / "rollouts.jsonl"),), workers=1, use_cache=False))
     out = Outcome(run_dir)
     assert [row["verdict"] for row in out.rows] == ["healthy", "healthy"]
 
@@ -101,7 +101,9 @@ def test_h08_several_files_number_lines_per_file_and_ordinals_globally(tmp_path:
     one = write_lines(tmp_path / "one.jsonl", [record(100), record(101)])
     two = write_lines(tmp_path / "two.jsonl", ["", record(102), "[]"])
     three = write_lines(tmp_path / "three.jsonl", [keyless, keyless])
-    run_health([str(one), str(two), str(three)], report_dir=str(tmp_path), workers=1, use_cache=False)
+    run_health(
+        HealthOptions((str(one), str(two), str(three)), report_dir=str(tmp_path), workers=1, use_cache=False)
+    )
     out = Outcome(tmp_path)
     tasks = [r["_ng_task_index"] for r in out.rows]
     assert "__unreadable_record__:input-1:line-3" in tasks

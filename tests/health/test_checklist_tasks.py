@@ -146,7 +146,7 @@ def test_h67_int_and_str_tasks_share_a_key(tmp_path: Path) -> None:
 
 
 def test_h68_ignored_checks(tmp_path: Path) -> None:
-    from gymflow.health import run_health
+    from gymflow.health import HealthOptions, run_health
 
     traj = trajectory(turns=[turn(answer=None)], calls=[call(completion=0)])
     out = health(
@@ -157,8 +157,13 @@ def test_h68_ignored_checks(tmp_path: Path) -> None:
     assert out.row()["verdict"] == "healthy"
     assert coverage(out, "model_call_zero_completion_tokens") == (0, 0, 1)
     outcome = run_health(
-        [str(tmp_path / "run" / "rollouts.jsonl")],
-        ignored_checks=["agent_turn_hollow", "model_call_zero_completion_tokens"],
+        HealthOptions(
+            (str(tmp_path / "run" / "rollouts.jsonl"),),
+            ignored_checks=(
+                "agent_turn_hollow",
+                "model_call_zero_completion_tokens",
+            ),
+        )
     )
     assert outcome.console_line.endswith(" (ignored: agent_turn_hollow, model_call_zero_completion_tokens)")
 

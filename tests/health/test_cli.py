@@ -11,7 +11,7 @@ import pytest
 
 from gymflow import parallel
 from gymflow.cli import main
-from gymflow.health import _ranges, run_health
+from gymflow.health import HealthOptions, _ranges, run_health
 from tests.health.builders import Outcome, call, health, record, trajectory, turn, write_lines
 
 
@@ -151,7 +151,7 @@ def test_h77_identical_bytes_for_any_worker_count(tmp_path: Path, monkeypatch: p
     outputs = set()
     for workers in (1, 2, 4, 8):
         out_dir = tmp_path / f"w{workers}"
-        run_health([str(path)], report_dir=str(out_dir), workers=workers, use_cache=False)
+        run_health(HealthOptions((str(path),), report_dir=str(out_dir), workers=workers, use_cache=False))
         outcome = Outcome(out_dir)
         assert len(outcome.rows) == 143
         outputs.add((outcome.summary_bytes, outcome.verdict_bytes))
@@ -161,7 +161,7 @@ def test_h77_identical_bytes_for_any_worker_count(tmp_path: Path, monkeypatch: p
 def test_h77_pool_unavailable_or_broken_falls_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = write_lines(tmp_path / "rollouts.jsonl", _mixed_rows())
     monkeypatch.setattr(_ranges, "RANGE_BYTES", 4096)
-    run_health([str(path)], report_dir=str(tmp_path / "ref"), workers=1, use_cache=False)
+    run_health(HealthOptions((str(path),), report_dir=str(tmp_path / "ref"), workers=1, use_cache=False))
     expected = Outcome(tmp_path / "ref").verdict_bytes
 
     def no_pool(*args: object, **kwargs: object) -> None:
@@ -193,6 +193,8 @@ def test_h77_pool_unavailable_or_broken_falls_back(tmp_path: Path, monkeypatch: 
         monkeypatch.setattr(parallel, "ProcessPoolExecutor", replacement)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            run_health([str(path)], report_dir=str(tmp_path / name), workers=2, use_cache=False)
+            run_health(
+                HealthOptions((str(path),), report_dir=str(tmp_path / name), workers=2, use_cache=False)
+            )
         assert [str(w.message) for w in caught if w.category is RuntimeWarning] == [message]
         assert Outcome(tmp_path / name).verdict_bytes == expected

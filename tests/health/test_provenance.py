@@ -9,7 +9,7 @@ import pytest
 
 from gymflow import provenance
 from gymflow.cli import main
-from gymflow.health import _command, run_health
+from gymflow.health import HealthOptions, _command, run_health
 from tests.health.builders import record, trajectory, turn, write_lines
 
 
@@ -30,13 +30,13 @@ def _forbid_work(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_same_inputs_twice_does_no_work(
     rollouts: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    first = run_health([str(rollouts)])
+    first = run_health(HealthOptions((str(rollouts),)))
     before = {
         name: (tmp_path / name).read_bytes() for name in ("quality_summary.json", "rollout_verdicts.jsonl")
     }
     record_before = (tmp_path / "quality_summary.provenance.json").read_bytes()
     _forbid_work(monkeypatch)
-    second = run_health([str(rollouts)])
+    second = run_health(HealthOptions((str(rollouts),)))
     assert second.up_to_date and not first.up_to_date
     assert second.console_line == first.console_line
     assert {name: (tmp_path / name).read_bytes() for name in before} == before
@@ -44,10 +44,10 @@ def test_same_inputs_twice_does_no_work(
 
 
 def test_one_changed_byte_reruns(rollouts: Path, tmp_path: Path) -> None:
-    run_health([str(rollouts)])
+    run_health(HealthOptions((str(rollouts),)))
     old = json.loads((tmp_path / "quality_summary.provenance.json").read_text())
     rollouts.write_bytes(rollouts.read_bytes().replace(b'"answer": "ok"', b'"answer": "OK"', 1))
-    outcome = run_health([str(rollouts)])
+    outcome = run_health(HealthOptions((str(rollouts),)))
     new = json.loads((tmp_path / "quality_summary.provenance.json").read_text())
     assert not outcome.up_to_date
     assert new["inputs"][0]["sha256"] != old["inputs"][0]["sha256"]
@@ -60,14 +60,14 @@ def test_one_changed_byte_reruns(rollouts: Path, tmp_path: Path) -> None:
 def test_edited_report_is_detected_and_redone(
     rollouts: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    run_health([str(rollouts)])
+    run_health(HealthOptions((str(rollouts),)))
     summary = tmp_path / "quality_summary.json"
     original = summary.read_bytes()
     summary.write_bytes(original.replace(b'"healthy": 1', b'"healthy": 2'))
     assert main(["provenance", "verify", str(summary)]) == 1
     out = capsys.readouterr().out
     assert f"changed  {summary.as_uri()}" in out and f"ok  {rollouts.as_uri()}" in out
-    assert not run_health([str(rollouts)]).up_to_date
+    assert not run_health(HealthOptions((str(rollouts),))).up_to_date
     assert summary.read_bytes() == original
     assert main(["provenance", "verify", str(summary)]) == 0
 
@@ -81,15 +81,15 @@ def test_interrupted_before_the_record_redoes_the_work(
     with monkeypatch.context() as patch:
         patch.setattr(provenance, "write_record", killed)
         with pytest.raises(KeyboardInterrupt):
-            run_health([str(rollouts)])
+            run_health(HealthOptions((str(rollouts),)))
     assert (tmp_path / "quality_summary.json").exists()
     assert not (tmp_path / "quality_summary.provenance.json").exists()
-    assert not run_health([str(rollouts)]).up_to_date
+    assert not run_health(HealthOptions((str(rollouts),))).up_to_date
     assert (tmp_path / "quality_summary.provenance.json").exists()
 
 
 def test_record_lists_inputs_outputs_and_parameters(rollouts: Path, tmp_path: Path) -> None:
-    run_health([str(rollouts)], ignored_checks="agent_turn_hollow", workers=1)
+    run_health(HealthOptions((str(rollouts),), ignored_checks=("agent_turn_hollow",), workers=1))
     rec = json.loads((tmp_path / "quality_summary.provenance.json").read_text())
     assert rec["command"] == "eval health-check"
     assert rec["orchestrator"] == {"kind": "direct"}
@@ -109,10 +109,10 @@ def test_record_lists_inputs_outputs_and_parameters(rollouts: Path, tmp_path: Pa
 def test_an_input_of_another_size_is_redone_without_waiting_for_its_hash(
     rollouts: Path, tmp_path: Path
 ) -> None:
-    run_health([str(rollouts)])
+    run_health(HealthOptions((str(rollouts),)))
     with rollouts.open("ab") as handle:
         handle.write(b"[]\n")
-    outcome = run_health([str(rollouts)])
+    outcome = run_health(HealthOptions((str(rollouts),)))
     assert not outcome.up_to_date
     assert outcome.summary["run"]["artifacts"]["records"] == 3
     rec = json.loads((tmp_path / "quality_summary.provenance.json").read_text())

@@ -20,7 +20,7 @@ from typing import Any
 import psutil
 import pytest
 
-from gymflow.health import _ranges, run_health
+from gymflow.health import HealthOptions, _ranges, run_health
 from tests.health.builders import Outcome, call, record, trajectory, write_lines
 from tests.processes import pool_workers
 
@@ -36,7 +36,7 @@ def _rows(count: int) -> list[dict[str, Any]]:
 def test_workers_are_gone_when_a_run_returns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = write_lines(tmp_path / "rollouts.jsonl", _rows(400))
     monkeypatch.setattr(_ranges, "RANGE_BYTES", 8192)
-    run_health([str(path)], workers=2, use_cache=False)
+    run_health(HealthOptions((str(path),), workers=2, use_cache=False))
     assert len(Outcome(tmp_path).rows) == 400
     assert pool_workers() == []
 
@@ -77,7 +77,7 @@ def _parent_peak(tmp_path: Path, count: int, monkeypatch: pytest.MonkeyPatch) ->
     assert len(plan.ranges) == 2
     tracemalloc.start()
     try:
-        report = _ranges.evaluate_all(plan)
+        report = run_health(HealthOptions((str(path),), str(tmp_path), workers=2, use_cache=False))
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()

@@ -64,7 +64,6 @@ def test_parallel_direct_join_writes_the_same_bytes(raw_run: Path, tmp_path: Pat
         resolve_settings(str(raw_run), output=str(tmp_path / "parallel.jsonl")),
         workers=2,
         parallel_min_bytes=0,
-        range_bytes=4096,
     )
     assert (tmp_path / "parallel.jsonl").read_bytes() == (tmp_path / "serial.jsonl").read_bytes()
     assert parallel.summary == serial.summary
@@ -75,7 +74,7 @@ def test_parallel_direct_join_writes_the_same_bytes(raw_run: Path, tmp_path: Pat
     assert parallel_record["cache_key"] == serial_record["cache_key"]
     (raw_run / "rollouts.jsonl").write_bytes((raw_run / "rollouts.jsonl").read_bytes() + b"[]\n")
     with pytest.raises(InputError, match="not a JSON object"):
-        run_join(resolve_settings(str(raw_run)), workers=2, parallel_min_bytes=0, range_bytes=4096)
+        run_join(resolve_settings(str(raw_run)), workers=2, parallel_min_bytes=0)
     assert not (raw_run / "rollouts_joined.jsonl").exists()
 
 

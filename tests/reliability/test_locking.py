@@ -137,13 +137,10 @@ def test_s3_timeouts_and_retries_are_storage_options(s3_bucket: str) -> None:
     previous = storage.current_options()
     options = {name: dict(values) for name, values in previous.items()}
     options["s3"].update(connect_timeout=2, read_timeout=3, retries=4)
-    storage.configure(options)
-    try:
+    with storage.using(options):
         fs, _ = storage.filesystem(f"{s3_bucket}/x")
         assert fs.config_kwargs["connect_timeout"] == 2.0 and fs.config_kwargs["read_timeout"] == 3.0
         assert fs.config_kwargs["retries"] == {"max_attempts": 4, "mode": "standard"}
-    finally:
-        storage.configure(previous)
     fs, _ = storage.filesystem(f"{s3_bucket}/x")
     assert fs.config_kwargs["connect_timeout"] == storage_faults.DEFAULT_CONNECT_TIMEOUT
     assert fs.config_kwargs["read_timeout"] == storage_faults.DEFAULT_READ_TIMEOUT
