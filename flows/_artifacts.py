@@ -11,7 +11,7 @@ from gymflow.join import JoinResult, summary_paragraph
 from gymflow.reverify import ReverifyOutcome
 
 
-def publish_health(outcome: HealthOutcome) -> None:
+def publish_health(outcome: HealthOutcome, *, tag: bool = True) -> None:
     """The run's artifacts (also for a cached run: they link the reports it found up to date)."""
     report_dir = storage.parent(outcome.summary_url)
     run = outcome.summary["run"]
@@ -25,7 +25,7 @@ def publish_health(outcome: HealthOutcome) -> None:
         "rollout verdicts": storage.join(report_dir, "rollout_verdicts.jsonl"),
         "provenance": outcome.record_url,
     }
-    publish("eval-health-check", report_dir, markdown, record_inputs(outcome.record_url), reports)
+    publish("eval-health-check", report_dir, markdown, record_inputs(outcome.record_url), reports, tag=tag)
 
 
 def _aggregate_markdown(outcome: AggregateOutcome) -> str:
@@ -37,7 +37,7 @@ def _aggregate_markdown(outcome: AggregateOutcome) -> str:
     return "\n".join([*rows, "", f"{len(outcome.shards)} shard(s); {state}."])
 
 
-def publish_aggregate(outcome: AggregateOutcome) -> None:
+def publish_aggregate(outcome: AggregateOutcome, *, tag: bool = True) -> None:
     reports = {"aggregate metrics": outcome.metrics_path, "provenance": outcome.record_path}
     if outcome.merged:
         reports = {"merged rollouts": outcome.output, **reports}
@@ -47,10 +47,11 @@ def publish_aggregate(outcome: AggregateOutcome) -> None:
         _aggregate_markdown(outcome),
         record_inputs(outcome.record_path),
         reports,
+        tag=tag,
     )
 
 
-def publish_join(result: JoinResult) -> None:
+def publish_join(result: JoinResult, *, tag: bool = True) -> None:
     """The run's artifacts (also for a cached run: they link the output it found up to date)."""
     summary = result.summary
     if result.up_to_date:
@@ -64,19 +65,19 @@ def publish_join(result: JoinResult) -> None:
         rows += [f"| gap: {code} | {count} |" for code, count in summary["gap_counts"].items()]
         markdown = "\n".join([f"# eval join\n\n**{summary_paragraph(summary)}**\n", *rows])
     reports = {"joined rollouts": result.settings.output, "provenance": result.record_url}
-    publish("eval-join", result.settings.output, markdown, record_inputs(result.record_url), reports)
+    publish("eval-join", result.settings.output, markdown, record_inputs(result.record_url), reports, tag=tag)
 
 
-def publish_reverify(outcome: ReverifyOutcome, cached: int = 0) -> None:
+def publish_reverify(outcome: ReverifyOutcome, *, tag: bool = True) -> None:
     reports = {"reverified rollouts": outcome.output, "failures sidecar": outcome.sidecar}
     if outcome.metrics_path:
         reports["aggregate metrics"] = outcome.metrics_path
     reports["provenance"] = outcome.record_path
-    markdown = _reverify_markdown(outcome, cached)
-    publish("eval-reverify", outcome.output, markdown, record_inputs(outcome.record_path), reports)
+    markdown = _reverify_markdown(outcome)
+    publish("eval-reverify", outcome.output, markdown, record_inputs(outcome.record_path), reports, tag=tag)
 
 
-def _reverify_markdown(outcome: ReverifyOutcome, cached: int) -> str:
+def _reverify_markdown(outcome: ReverifyOutcome) -> str:
     tally = outcome.tally
     failures = ", ".join(f"{count} {name}" for name, count in sorted(tally.failures.items())) or "none"
     return (
@@ -85,17 +86,18 @@ def _reverify_markdown(outcome: ReverifyOutcome, cached: int) -> str:
         "|---|---|---|---|---|---|---|\n"
         f"| {tally.selected} | {tally.skipped_by_resume} | {tally.verified} | {tally.succeeded} "
         f"| {tally.routed_failures} | {tally.duplicates} | {tally.unmatched} |\n\n"
-        f"Failures by class: {failures}. Batches reused from the cache: {cached}."
+        f"Failures by class: {failures}."
     )
 
 
 def publish_outcome(outcome: object) -> None:
-    """The artifacts of any command's outcome (what ``eval post`` publishes for each step)."""
+    """The artifacts of any command's outcome, without its tags (what ``eval post`` and ``eval
+    aggregate`` publish for each step: their own run is tagged with their own command)."""
     if isinstance(outcome, AggregateOutcome):
-        publish_aggregate(outcome)
+        publish_aggregate(outcome, tag=False)
     elif isinstance(outcome, HealthOutcome):
-        publish_health(outcome)
+        publish_health(outcome, tag=False)
     elif isinstance(outcome, JoinResult):
-        publish_join(outcome)
+        publish_join(outcome, tag=False)
     elif isinstance(outcome, ReverifyOutcome):
-        publish_reverify(outcome)
+        publish_reverify(outcome, tag=False)

@@ -28,6 +28,9 @@ def prepare(config: PrefectConfig, verbose: bool) -> None:
     _config = config
     os.environ.setdefault("DO_NOT_TRACK", "1")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    # gymflow's own warnings (a coverage gap, missing rollouts) reach the run's Logs tab too, not
+    # only the console: Prefect gives the logger its API handler.
+    os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "gymflow")
     if not verbose:
         # Dask's cluster logs (runner.kind: dask) at INFO would flood the terminal.
         os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "warning")

@@ -57,10 +57,13 @@ def publish(
     summary_markdown: str,
     inputs: Sequence[provenance.FileDigest],
     reports: Mapping[str, str],
+    *,
+    tag: bool = True,
 ) -> None:
-    """The run's tags and its three artifact kinds (also for a cached run: it links the reports it
-    found)."""
-    _tag(command, location)
+    """The run's tags (unless ``tag`` is False: a step's artifacts inside ``eval post``'s run) and
+    its three artifact kinds (also for a cached run: it links the reports it found)."""
+    if tag:
+        _tag(command, location)
     key = artifact_key(command, location)
     uris = {label: storage.to_uri(url) for label, url in reports.items()}
     links = "\n".join(f"- {label}: [{uri}]({uri})" for label, uri in uris.items())

@@ -14,18 +14,24 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from prefect import Flow
+from prefect.client.schemas.objects import State
 from prefect.events.worker import EventsWorker
 from prefect.logging.handlers import APILogWorker
-from prefect.settings import PREFECT_API_URL, PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
+from prefect.settings import (
+    PREFECT_API_URL,
+    PREFECT_FLOWS_HEARTBEAT_FREQUENCY,
+    PREFECT_UI_URL,
+    temporary_settings,
+)
 from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 
 from gymflow import provenance
 from gymflow.config import RunnerConfig
 from gymflow.errors import GymflowError
 from gymflow.flows import _environment, _server
-from gymflow.flows._executor import PrefectExecutor, prefect_executor
 from gymflow.flows._publish import orchestrator
 from gymflow.run_context import RunContext
+from gymflow.tasks.executor import PrefectExecutor, prefect_executor
 
 R = TypeVar("R")
 
@@ -73,11 +79,12 @@ def flow_executor(ctx: RunContext, workers: int, what: str) -> Iterator[tuple[Pr
         yield executor, recorded
 
 
-def run_flow(flow: Flow[..., R], ctx: RunContext, workers: int, **parameters: Any) -> R:
+def run_flow(flow: Flow[..., R], ctx: RunContext, workers: int, **parameters: Any) -> tuple[R, str]:
     """Run ``flow(ctx=ctx, workers=workers, **parameters)`` on the task runner ``ctx.runner``
-    names, against :func:`prefect_api`. The parameters Prefect stores are redacted by
-    provenance's rule (:func:`redacted_parameters`). Every sync flow otherwise waits about a
-    second at exit for its heartbeat thread; gymflow's flows are short, so it is off."""
+    names, against :func:`prefect_api`; its result and the URL of its run in the UI. The
+    parameters Prefect stores are redacted by provenance's rule (:func:`redacted_parameters`).
+    Every sync flow otherwise waits about a second at exit for its heartbeat thread; gymflow's
+    flows are short, so it is off."""
     configured = flow.with_options(task_runner=task_runner(ctx.runner, workers))
     _redact_parameters(configured)
     _quiet_user_errors()
@@ -86,8 +93,10 @@ def run_flow(flow: Flow[..., R], ctx: RunContext, workers: int, **parameters: An
         prefect_api(),
         temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}),
     ):
-        result: R = configured(ctx=ctx, workers=workers, **parameters)
-        return result
+        state: State[R] = configured(ctx=ctx, workers=workers, return_state=True, **parameters)  # type: ignore[assignment]
+        url = f"{PREFECT_UI_URL.value()}/flow-runs/flow-run/{state.state_details.flow_run_id}"
+        result: R = state.result()
+        return result, url
 
 
 def redacted_parameters(serialized: dict[str, Any]) -> dict[str, Any]:

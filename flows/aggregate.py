@@ -12,7 +12,7 @@ from prefect import flow
 from gymflow import pipeline
 from gymflow.aggregate import AggregateOptions, AggregateOutcome
 from gymflow.flows._annotations import Returned
-from gymflow.flows._artifacts import publish_outcome
+from gymflow.flows._artifacts import publish_aggregate, publish_outcome
 from gymflow.flows._runtime import flow_executor
 from gymflow.run_context import RunContext
 
@@ -29,8 +29,10 @@ def aggregate_command(
     from gymflow.flows.reverify import flow_reverifier
 
     with flow_executor(ctx, workers, "aggregating shards") as (executor, recorded):
-        steps = pipeline.Runner(recorded, executor, flow_reverifier(recorded), progress)
+        steps = pipeline.Runner(recorded, executor, flow_reverifier(recorded, executor), progress)
         outcome, _, _ = pipeline.aggregate_then_health(options, steps, echo)
+    publish_aggregate(outcome)  # tags this run as the aggregate command's
     for done in steps.outcomes:
-        publish_outcome(done)
+        if done is not outcome:
+            publish_outcome(done)
     return Returned(outcome)  # every group's metrics: Prefect must not walk them

@@ -8,6 +8,8 @@ declares the same for a work pool.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Sequence
 
 from prefect import flow
@@ -76,13 +78,22 @@ def post_sweep(prefix: str, config: Sequence[str] = (), overrides: Sequence[str]
     return stale
 
 
+class CommandFailed(Exception):
+    """A ``gymflow`` command line run by the ``gymflow-command`` deployment exited non-zero; its
+    text is the command's own last error line."""
+
+
 @flow(name="gymflow-command", log_prints=True)
 def gymflow_command(argv: Sequence[str]) -> int:
     """Any ``gymflow`` command line as a deployment (health-check, aggregate, reverify, judge
-    recovery): the orchestrated command runs its own flow as a subflow of this one."""
-    from gymflow.cli import main
-
-    status = main(list(argv))
-    if status != 0:
-        raise RuntimeError(f"gymflow {' '.join(argv)} exited with status {status}")
-    return status
+    recovery), in a process of its own (its orchestrated command is a flow run of its own). A
+    command that fails ends this run Failed with the command's one-line error as the message."""
+    command = [sys.executable, "-m", "gymflow.cli", *argv]
+    done = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, text=True, check=False)
+    if done.stdout:
+        print(done.stdout, end="")
+    if done.returncode != 0:
+        lines = [line for line in done.stderr.splitlines() if line.strip()]
+        reason = lines[-1] if lines else f"exit status {done.returncode}"
+        raise CommandFailed(f"gymflow {' '.join(argv)}: {reason}")
+    return done.returncode

@@ -38,7 +38,7 @@ def post_flow(
 ) -> PostResult:
     """Aggregate, join, health-check and reverify the run at ``options.run``, as configured."""
     with flow_executor(ctx, workers, "running eval post") as (executor, recorded):
-        steps = pipeline.Runner(recorded, executor, flow_reverifier(recorded), progress)
+        steps = pipeline.Runner(recorded, executor, flow_reverifier(recorded, executor), progress)
         summary = pipeline.run_post(options, steps, echo)
     for outcome in steps.outcomes:
         publish_outcome(outcome)

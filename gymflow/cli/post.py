@@ -181,5 +181,7 @@ def _run_flow(
     from gymflow.health import default_workers
 
     workers = options.health.workers or default_workers()
-    result = orchestrated.run(settings, verbose, "post:post_flow", ctx, workers, options=options, echo=_echo)
+    result = orchestrated.run(
+        settings, verbose, "post:post_flow", ctx, workers, link=False, options=options, echo=_echo
+    )
     return result.summary, result.flow_run_url

@@ -194,8 +194,9 @@ def _run_flow(
     bar = row_progress("Collecting reverification results")
     try:
         with _keyboard_interrupt():
-            # One batch task at a time, on a thread here: the concurrency bound lives inside it,
-            # and its rows are recorded in this process as they complete.
+            # Every step of reverify runs in this process (one batch at a time: the concurrency
+            # bound lives inside it, and its rows are recorded here as they complete), so no Dask
+            # cluster is started for it.
             here = replace(ctx, runner=RunnerConfig())
             orchestrated.run(
                 settings,

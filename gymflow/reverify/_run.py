@@ -1,32 +1,92 @@
-"""The direct path: prepare, verify every row as one stream, finish (reverify.md §5 without Prefect).
+"""``eval reverify``'s one sequence: prepare, verify the rows in batches (each row recorded as it
+completes), finish (reverify.md §5).
 
-One event loop and one connection pool for the whole run: the client pulls rows lazily from the
-source, keeps ``--concurrency`` requests in flight from the first row to the last (no drain at batch
-boundaries), and each completed row is appended at once and flushed before the loop's next turn
-(§2.6 point 4), so a killed run leaves every recorded row in the output or the sidecar exactly once
-for ``--resume``.
+:func:`run_reverify` runs it on any :class:`~gymflow.executor.Executor`. Without a result store
+(``--direct``) the whole run is one batch: one event loop and one connection pool keep
+``--concurrency`` requests in flight from the first row to the last. With one (Prefect), each
+batch of at most :data:`BATCH_ROWS` rows is a task cached by its rows' ``_ng_reverify_key`` s
+(content keys: input bytes and the verifier's configuration), so a rerun over the same rows reuses
+every batch that completed; a batch in which any row failed is not cached, so the next run
+verifies that batch again, and only that one. Either way each completed row is appended at once
+and flushed before the event loop's next turn (§2.6 point 4): a killed run leaves every recorded
+row in the output or the sidecar exactly once for ``--resume``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import nullcontext
+from dataclasses import dataclass
+from typing import Any, Final
 
 import httpx
 
-from gymflow.reverify._client import Result, TransportFactory, run, verify_stream
+from gymflow import provenance
+from gymflow.errors import GymflowError
+from gymflow.executor import Executor, LocalExecutor, Step
+from gymflow.reverify._client import TransportFactory
 from gymflow.reverify._finish import COMMAND, ReverifyOutcome, finish
 from gymflow.reverify._options import ReverifyOptions
-from gymflow.reverify._plan import Echo, Routed, prepare
-from gymflow.reverify._verify import completed_row, record_row, requests_of
+from gymflow.reverify._plan import Echo, ReverifyPlan, Routed, prepare
+from gymflow.reverify._results import Destination
+from gymflow.reverify._verify import BatchResult, OnRow, record_batch, record_row, verify_batch
 from gymflow.run_context import RunContext
 
-__all__ = ["Progress", "run_reverify"]
+__all__ = ["BATCH_ROWS", "FailedRows", "Progress", "run_reverify"]
+
+BATCH_ROWS: Final = 1000
+"""Rows per cached batch when the executor has a result store."""
 
 Progress = Callable[[int, int, int], None]
 """``progress(rows done, failures so far, rows to verify)``, called as rows complete."""
+
+
+@dataclass(frozen=True)
+class BatchJob:
+    """One batch: the run's plan (live: a batch runs where the run does), its rows (pulled
+    lazily), how many, and where each completed row goes."""
+
+    plan: ReverifyPlan
+    rows: Iterable[Routed]
+    count: int
+    on_row: OnRow
+
+
+class FailedRows(GymflowError):
+    """A batch in which some rows failed: its result is kept (the sidecar has the failures) but
+    must not be cached. Its text names counts and classes, never a row."""
+
+    def __init__(self, result: BatchResult, count: int) -> None:
+        classes = sorted({str(row.get("_ng_failure_class")) for row in result.failures})
+        super().__init__(f"{len(result.failures)} of {count} row(s) failed: {', '.join(classes)}")
+        self.result = result
+
+
+def _verify(job: BatchJob) -> BatchResult:
+    result = verify_batch(job.plan, job.rows, job.on_row, job.count)
+    if result.failures:
+        raise FailedRows(result, job.count)
+    return result
+
+
+def _batch_key(job: BatchJob) -> str:
+    if not isinstance(job.rows, Sequence):
+        raise TypeError("a cached batch must hold its rows")
+    settings = {"retry_invalid_judge_responses": job.plan.options.retry_invalid_judge_responses}
+    sources = [("row", routed.reverify_key) for routed in job.rows]
+    return "reverify-batch-" + provenance.cache_key("task:reverify-batch", settings, sources).removeprefix(
+        "sha256:"
+    )
+
+
+def _finish(job: tuple[ReverifyPlan, Echo, RunContext]) -> ReverifyOutcome:
+    return finish(*job)
+
+
+VERIFY_BATCH: Step[BatchJob, BatchResult] = Step("verify-batch", _verify, cache_key=_batch_key)
+FINISH: Step[tuple[ReverifyPlan, Echo, RunContext], ReverifyOutcome] = Step("finish", _finish, io=True)
 
 
 def run_reverify(
@@ -35,40 +95,57 @@ def run_reverify(
     echo: Echo,
     progress: Progress | None = None,
     ctx: RunContext | None = None,
+    executor: Executor | None = None,
     *,
     warn: Echo | None = None,
     transport: TransportFactory | None = None,
     guard_transport: httpx.BaseTransport | None = None,
     timings: dict[str, float] | None = None,
 ) -> ReverifyOutcome:
-    """The whole command in-process, holding the run lock of ``--output`` (:mod:`gymflow.locking`).
-    Rows are streamed and recorded one by one; on any interruption the output is left resumable.
-    ``timings``, when given, receives the seconds of ``prepare``, ``stream`` and ``finish``.
+    """The whole command, holding the run lock of ``--output`` (:mod:`gymflow.locking`); on any
+    interruption the output is left resumable. ``timings``, when given, receives the seconds of
+    ``prepare``, ``stream`` and ``finish``.
     """
     ctx = ctx or RunContext()
     with ctx.active(), ctx.lock(options.output_jsonl_fpath, COMMAND):
-        return _run(options, gym_config, echo, progress, ctx, warn, transport, guard_transport, timings)
+        marks = timings if timings is not None else {}
+        began = time.perf_counter()
+        plan = prepare(
+            options, gym_config, echo, warn=warn, transport=transport, guard_transport=guard_transport
+        )
+        marks["prepare"] = time.perf_counter() - began
+        with LocalExecutor(ctx) if executor is None else nullcontext(executor) as runs:
+            try:
+                began = time.perf_counter()
+                _verify_all(plan, runs, echo, progress)
+                marks["stream"] = time.perf_counter() - began
+            except BaseException:
+                plan.abort()
+                raise
+            began = time.perf_counter()
+            sources = [
+                source
+                for source in (
+                    options.materialized_inputs_jsonl_fpath,
+                    options.rollouts_jsonl_fpath,
+                    options.atif_manifest_jsonl_fpath,
+                )
+                if source
+            ]
+            paths = plan.paths
+            written = [paths.output, paths.sidecar, paths.record]
+            if not options.disable_aggregation:
+                written.append(paths.metrics)
+            outcome = runs.call(FINISH.writing(written, sources), (plan, echo, ctx))
+            marks["finish"] = time.perf_counter() - began
+            return outcome
 
 
-def _run(
-    options: ReverifyOptions,
-    gym_config: Mapping[str, Any],
-    echo: Echo,
-    progress: Progress | None,
-    ctx: RunContext,
-    warn: Echo | None,
-    transport: TransportFactory | None,
-    guard_transport: httpx.BaseTransport | None,
-    timings: dict[str, float] | None,
-) -> ReverifyOutcome:
-    marks = timings if timings is not None else {}
-    began = time.perf_counter()
-    plan = prepare(options, gym_config, echo, warn=warn, transport=transport, guard_transport=guard_transport)
-    marks["prepare"] = time.perf_counter() - began
+def _verify_all(plan: ReverifyPlan, executor: Executor, echo: Echo, progress: Progress | None) -> None:
+    """Every row still to verify, batch by batch, each recorded as it completes (a batch found in
+    the result store is recorded from there)."""
     total = len(plan.work)
-    done = 0
-    failures = 0
-
+    done = failures = 0
     flush_pending = False
 
     def flush() -> None:
@@ -76,9 +153,8 @@ def _run(
         flush_pending = False
         plan.flush()
 
-    def on_result(routed: Routed, outcome: Result) -> None:
+    def on_row(destination: Destination, row: dict[str, Any]) -> None:
         nonlocal done, failures, flush_pending
-        destination, row = completed_row(plan, routed, outcome)
         # Rows completed in one turn of the event loop are flushed together at the start of its next
         # turn (one write per turn, not per row); a row lost to kill -9 before that is verified again
         # by --resume, never recorded twice.
@@ -87,23 +163,24 @@ def _run(
             flush_pending = True
             asyncio.get_running_loop().call_soon(flush)
         done += 1
-        if destination == "sidecar":
-            failures += 1
+        failures += destination == "sidecar"
         if progress is not None:
             progress(done, failures, total)
 
-    began = time.perf_counter()
-    try:
-        if total:
-            stream = verify_stream(
-                requests_of(plan.rows()), plan.settings, on_result, plan.transport, pool=total
-            )
-            run(stream)
-    except BaseException:
-        plan.abort()
-        raise
-    marks["stream"] = time.perf_counter() - began
-    began = time.perf_counter()
-    outcome = finish(plan, echo, ctx)
-    marks["finish"] = time.perf_counter() - began
-    return outcome
+    batches: Iterable[Sequence[Routed] | None]
+    batches = plan.batches(BATCH_ROWS) if executor.persistent else [None]
+    for batch in batches:
+        before = done
+        rows: Iterable[Routed] = plan.rows() if batch is None else batch
+        count = total if batch is None else len(batch)
+        try:
+            result = executor.call(VERIFY_BATCH, BatchJob(plan, rows, count, on_row))
+        except FailedRows as failed:
+            result = failed.result
+        plan.flush()
+        if done == before and count:  # found in the result store: no row completed in this run
+            record_batch(plan, result, echo)
+            done += count
+            failures += len(result.failures)
+            if progress is not None:
+                progress(done, failures, total)

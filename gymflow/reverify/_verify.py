@@ -73,11 +73,14 @@ def completed_row(plan: ReverifyPlan, routed: Routed, outcome: Result) -> tuple[
     return classify(row, plan.options.atif), row
 
 
-def verify_batch(plan: ReverifyPlan, batch: list[Routed], on_row: OnRow | None = None) -> BatchResult:
-    """Verify ``batch`` (at most ``--concurrency`` requests in flight, per-row retries inside).
+def verify_batch(
+    plan: ReverifyPlan, batch: Iterable[Routed], on_row: OnRow | None = None, count: int | None = None
+) -> BatchResult:
+    """Verify ``batch`` (at most ``--concurrency`` requests in flight, per-row retries inside),
+    pulling its rows lazily (``count``: how many, when ``batch`` is not a sequence).
 
-    Runs its own event loop, so it may be called from a worker thread. Nothing is written here.
-    """
+    Runs its own event loop, so it may be called from a worker thread. Nothing is written here;
+    ``on_row`` is called in the loop as each row completes."""
     result = BatchResult()
 
     def on_result(routed: Routed, outcome: Result) -> None:
@@ -91,8 +94,9 @@ def verify_batch(plan: ReverifyPlan, batch: list[Routed], on_row: OnRow | None =
         if on_row is not None:
             on_row(destination, row)
 
-    if batch:
-        run(verify_stream(requests_of(batch), plan.settings, on_result, plan.transport, pool=len(batch)))
+    size = count if count is not None else len(batch)  # type: ignore[arg-type]
+    if size:
+        run(verify_stream(requests_of(batch), plan.settings, on_result, plan.transport, pool=size))
     return result
 
 

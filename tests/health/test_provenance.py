@@ -9,7 +9,7 @@ import pytest
 
 from gymflow import provenance
 from gymflow.cli import main
-from gymflow.health import HealthOptions, _command, run_health
+from gymflow.health import HealthOptions, _ranges, run_health
 from tests.health.builders import record, trajectory, turn, write_lines
 
 
@@ -24,7 +24,7 @@ def _forbid_work(monkeypatch: pytest.MonkeyPatch) -> None:
     def no_work(*args: object, **kwargs: object) -> None:
         raise AssertionError("the rollouts were evaluated again")
 
-    monkeypatch.setattr(_command, "evaluate_all", no_work)
+    monkeypatch.setattr(_ranges, "evaluate_range", no_work)
 
 
 def test_same_inputs_twice_does_no_work(

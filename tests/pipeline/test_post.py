@@ -157,9 +157,13 @@ def test_prefect_post_publishes_artifacts_and_reruns_as_cache_hits(
     for artifact in artifacts:
         by_type.setdefault(artifact.type, []).append(artifact)
     summary = next(
-        a for a in by_type["markdown"] if (a.key or "").endswith("-summary") and "-link-" not in a.key
+        a
+        for a in by_type["markdown"]
+        if (a.key or "").startswith("eval-post-") and a.key.endswith("-summary") and "-link-" not in a.key
     )
     assert summary.key.startswith("eval-post-my-run-")
+    # each step's own summary is published in the post run too
+    assert any((a.key or "").startswith("eval-health-check-my-run-") for a in by_type["markdown"])
     assert "health-check: ran" in summary.data
     inputs = next(a for a in by_type["table"] if (a.key or "").endswith("-inputs"))
     table = json.loads(inputs.data) if isinstance(inputs.data, str) else inputs.data
@@ -174,8 +178,9 @@ def test_prefect_post_publishes_artifacts_and_reruns_as_cache_hits(
     # Flow runs are tagged with their command and the run's name; task runs are not (each tag
     # would make every task ask the server for a concurrency slot first).
     post_tags, subflow_tags, task_tags = _tags(_flow_run_id(out))
+    # Every step runs in the post flow itself (one runner per command, no subflows).
     assert post_tags == ["eval-post", "my-run"]
-    assert sorted(subflow_tags.values()) == [["eval-aggregate", "my-run"], ["eval-health-check", "my-run"]]
+    assert subflow_tags == {}
     assert task_tags == set()
 
     first = _snapshot(run_dir)

@@ -72,3 +72,43 @@ def test_rerun_after_a_judge_outage_verifies_only_the_failed_batches(
     assert all(500 <= task < 1000 for task, _ in verified)
     assert (tmp_path / "out_failures.jsonl").read_bytes() == b""
     assert len(output.read_bytes().splitlines()) == 2500
+
+
+def test_no_secret_reaches_the_orchestrators_database(
+    tmp_path: Path,
+    resources_server: ServerProcess,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Flow-run parameters are redacted by provenance's rule: the API and the database file hold
+    none of a server block's secrets (key names, a URL password, a Bearer header, an env token)."""
+    canaries = [f"canary{n}x{tmp_path.name[-6:]}" for n in range(5)]
+    monkeypatch.setenv("GYMFLOW_TEST_TOKEN", canaries[4])
+    extra = {
+        "api_key": canaries[0],
+        "openai_api_key": canaries[1],
+        "judge_base_url": f"http://user:{canaries[2]}@127.0.0.1:9/v1",
+        "extra_headers": {"X-Auth": f"Bearer {canaries[3]}"},
+        "judge_token_from_env": "${oc.env:GYMFLOW_TEST_TOKEN}",
+    }
+    materialized, rollouts = mcqa_rows(2, 1)
+    write_jsonl(tmp_path / "inputs.jsonl", materialized)
+    write_jsonl(tmp_path / "rollouts.jsonl", rollouts)
+    config = write_gym_config(tmp_path / "cfg.yaml", {"mcqa": resources_server}, extra={"mcqa": extra})
+    assert main(_args(tmp_path, config, tmp_path / "out.jsonl")) == 0
+    assert "Flow run: http" in capsys.readouterr().err
+
+    from gymflow.flows import _server
+    from tests.prefect_api import local_client
+
+    with local_client() as client:
+        runs = client.read_flow_runs(limit=200)
+    stored = " ".join(str(run.parameters) for run in runs)
+    assert "gym_config" in stored  # the parameters are there, redacted
+    database = Path(_server.home()) / "prefect.db"
+    raw = database.read_bytes() if database.exists() else b""
+    for canary in canaries:
+        assert canary not in stored, canary
+        assert canary.encode() not in raw, canary
+    record = (tmp_path / "out.provenance.json").read_text()
+    assert not any(canary in record for canary in canaries)

@@ -1,4 +1,5 @@
-"""The Prefect executor: a runner's steps as Prefect tasks.
+"""gymflow's Prefect tasks: every step of a command's runner (:class:`gymflow.executor.Step`)
+becomes one, made here (there is no hand-written task per step).
 
 :meth:`PrefectExecutor.map` submits one task per item to the flow's task runner (threads here,
 whose CPU-bound steps hand their work to a pool of core-only processes, or a Dask cluster);
@@ -11,6 +12,7 @@ failures are retried.
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -35,12 +37,28 @@ RETRY_DELAYS_S = [1.0, 4.0, 10.0]
 """Three retries of a transient storage failure, after 1, 4 and 10 seconds."""
 
 
+_DETERMINISTIC_ERRNOS = frozenset(
+    {
+        errno.EACCES, errno.EPERM, errno.EROFS, errno.EISDIR, errno.ENOTDIR, errno.ELOOP,
+        errno.ENOENT, errno.ENOSPC, errno.EEXIST, errno.ENAMETOOLONG, errno.EINVAL, errno.EXDEV,
+    }
+)  # fmt: skip
+"""Local file-system failures that fail the same way when tried again."""
+
+
 def is_transient(error: BaseException | None) -> bool:
     """Whether a failure may go away on its own: a storage backend's, or the network's. A bad
-    input, a wrong call or a bug fails the same way every time."""
-    if isinstance(error, InputError | UsageError):
+    input, a wrong call, a path that cannot be written or a bug fails the same way every time."""
+    if isinstance(error, InputError | UsageError) or not isinstance(
+        error, StorageError | TimeoutError | ConnectionError
+    ):
         return False
-    return isinstance(error, StorageError | TimeoutError | ConnectionError)
+    cause: BaseException | None = error
+    while cause is not None:
+        if isinstance(cause, OSError) and cause.errno in _DETERMINISTIC_ERRNOS:
+            return False
+        cause = cause.__cause__ or cause.__context__
+    return True
 
 
 def _retry_transient(_: Task[..., Any], __: TaskRun, state: _State[Any]) -> bool:
@@ -106,7 +124,9 @@ class PrefectExecutor:
 
     def map(self, step: Step[T, R], items: Sequence[T], *, done: Done[T, R] | None = None) -> list[R]:
         submit = self._task(step, submitted=True)
-        futures = [submit.submit(quote(item)) for item in items]
+        # Quoted, Prefect does not walk an item looking for futures; but a quoted argument reaches
+        # a Dask worker as a bare tuple, so remote items (small data) go as they are.
+        futures = [submit.submit(item if not self.same_machine else quote(item)) for item in items]
         results: list[R] = []
         for item, future in zip(items, futures, strict=True):
             results.append(future.result())

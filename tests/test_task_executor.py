@@ -1,0 +1,82 @@
+"""The Prefect executor (``tasks/executor.py``): a step's work as tasks of the running flow, on the
+real local API. Only transient storage failures are retried; a bad input fails at once."""
+
+from __future__ import annotations
+
+import errno
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gymflow.errors import InputError, StorageError
+from gymflow.executor import Step
+from gymflow.run_context import RunContext
+from gymflow.tasks import executor as prefect_executor
+
+CALLS: list[str] = []
+
+
+def _fails(kind: str) -> str:
+    CALLS.append(kind)
+    if kind == "input":
+        raise InputError("shard.jsonl:3: field 'reward': not a number")
+    if kind == "denied":
+        raise StorageError("cannot write /x: Permission denied") from PermissionError(errno.EACCES, "denied")
+    if kind == "storage" and CALLS.count("storage") < 3:
+        raise StorageError("s3://b/x: connection reset")
+    return kind
+
+
+def _double(item: int) -> int:
+    return 2 * item
+
+
+@pytest.fixture
+def no_delays(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setattr(prefect_executor, "RETRY_DELAYS_S", [0.0, 0.0, 0.0])
+    CALLS.clear()
+    yield
+
+
+def _run(kind: str) -> object:
+    from prefect import flow
+
+    from gymflow.flows._runtime import run_flow
+
+    step = Step("flaky", _fails, io=True)
+
+    @flow(name="executor-test", validate_parameters=False)
+    def probe(ctx: RunContext, workers: int, item: str) -> object:
+        with prefect_executor.prefect_executor(ctx, workers, remote=False, what="test") as executor:
+            doubled = executor.map(Step("double", _double, cpu=True), [1, 2, 3])
+            assert doubled == [2, 4, 6]
+            return executor.call(step, item)
+
+    result, url = run_flow(probe, RunContext(), 2, item=kind)
+    assert "/flow-runs/flow-run/" in url
+    return result
+
+
+@pytest.mark.parametrize(("kind", "calls"), [("input", 1), ("denied", 1), ("storage", 3)])
+def test_only_transient_failures_are_retried(no_delays: None, kind: str, calls: int) -> None:
+    if kind == "storage":
+        assert _run(kind) == "storage"
+    else:
+        with pytest.raises((InputError, StorageError)):
+            _run(kind)
+    assert CALLS.count(kind) == calls
+
+
+def test_what_counts_as_transient(tmp_path: Path) -> None:
+    assert prefect_executor.is_transient(StorageError("s3://b: read timeout"))
+    assert prefect_executor.is_transient(ConnectionResetError())
+    assert not prefect_executor.is_transient(InputError("bad line"))
+    assert not prefect_executor.is_transient(ValueError("a bug"))
+    try:
+        try:
+            (tmp_path / "missing" / "x").write_bytes(b"")
+        except OSError as exc:
+            raise StorageError(f"cannot write: {exc}") from exc
+    except StorageError as wrapped:
+        assert not prefect_executor.is_transient(wrapped)
