@@ -25,6 +25,7 @@ __all__ = [
     "keys_in",
     "open_outputs",
     "protect",
+    "refuse_directory",
     "refuse_same_file",
     "report_duplicates",
     "seed",
@@ -54,7 +55,10 @@ def refuse_same_file(options: ReverifyOptions, output: str) -> None:
 
 
 def protect(output: str, sidecar: str, options: ReverifyOptions, echo: Echo) -> None:
-    """Fresh-run protection (§2.7): delete with ``--overwrite``, else refuse."""
+    """Refuse an output or sidecar path that is a directory (in every mode), then fresh-run
+    protection (§2.7): delete with ``--overwrite``, else refuse."""
+    for url in (output, sidecar):
+        refuse_directory(url)
     if options.resume_from_cache or options.append:
         return
     for url in (output, sidecar):
@@ -64,8 +68,23 @@ def protect(output: str, sidecar: str, options: ReverifyOptions, echo: Echo) -> 
                     f"Output file already exists: {url!r}. Pass --overwrite to delete it and start fresh, "
                     "or --resume to continue from it."
                 )
-            delete(url)
+            try:
+                delete(url)
+            except OSError as exc:
+                raise StorageError(f"{scrub_url(url)}: cannot delete it: {_reason(exc)}") from None
             echo(f"Deleted existing output file: {url!r}")
+
+
+def refuse_directory(url: str) -> None:
+    """A local output path that names a directory is refused (never deleted, never appended to)."""
+    if not storage.is_local(url):
+        return
+    local = url.removeprefix("file://")
+    if os.path.isdir(local):
+        raise GymflowError(
+            f"--output {url!r} names a directory (or a sidecar path that is one); give the path of a "
+            "JSONL file."
+        )
 
 
 def stage_existing(paths: OutputPaths) -> None:
@@ -184,6 +203,39 @@ def set_aside_torn_tail(local: str, url: str, warn: Echo) -> None:
         raise StorageError(f"{scrub_url(url)}: cannot read it: {_reason(exc)}") from None
     if size == 0:
         return
+    try:
+        end, tail = _last_line(local, size)
+    except OSError as exc:
+        raise StorageError(f"{scrub_url(url)}: cannot read it: {_reason(exc)}") from None
+    if not tail:
+        return
+    if _is_row(tail):
+        _repair(url, lambda: _append_newline(local))
+        return
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    torn = f"{url}.torn-{stamp}"
+    storage.write_atomic(torn, tail)
+    _repair(url, lambda: os.truncate(local, end))
+    warn(
+        f"{scrub_url(url)} ended with a partial row of {len(tail)} bytes (a write cut short); "
+        f"moved it to {scrub_url(torn)} and continued from the {_count_rows(local, end)} complete rows."
+    )
+
+
+def _append_newline(local: str) -> None:
+    with open(local, "ab") as handle:
+        handle.write(b"\n")
+
+
+def _repair(url: str, change: Callable[[], None]) -> None:
+    try:
+        change()
+    except OSError as exc:
+        raise StorageError(f"{scrub_url(url)}: cannot repair its last line: {_reason(exc)}") from None
+
+
+def _last_line(local: str, size: int) -> tuple[int, bytes]:
+    """Where the bytes after the last newline start, and those bytes."""
     with open(local, "rb") as handle:
         end = size
         tail = b""
@@ -198,20 +250,7 @@ def set_aside_torn_tail(local: str, url: str, warn: Echo) -> None:
                 break
             tail = block + tail
             end = start
-    if not tail:
-        return
-    if _is_row(tail):
-        with open(local, "ab") as handle:
-            handle.write(b"\n")
-        return
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    torn = f"{url}.torn-{stamp}"
-    storage.write_atomic(torn, tail)
-    os.truncate(local, end)
-    warn(
-        f"{scrub_url(url)} ended with a partial row of {len(tail)} bytes (a write cut short); "
-        f"moved it to {scrub_url(torn)} and continued from the {_count_rows(local, end)} complete rows."
-    )
+    return end, tail
 
 
 def _is_row(data: bytes) -> bool:
