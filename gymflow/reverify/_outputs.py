@@ -16,7 +16,7 @@ from gymflow import lifeline, storage
 from gymflow.errors import GymflowError, InputError, StorageError
 from gymflow.reverify._inputs import Key, key_of
 from gymflow.reverify._options import ReverifyOptions
-from gymflow.reverify._paths import OutputPaths, delete, download
+from gymflow.reverify._paths import OutputPaths, delete, download, staged_files
 from gymflow.storage_faults import scrub_url
 
 __all__ = [
@@ -61,6 +61,15 @@ def protect(output: str, sidecar: str, options: ReverifyOptions, echo: Echo) -> 
         refuse_directory(url)
     if options.resume_from_cache or options.append:
         return
+    for local in staged_files(output):
+        if not options.overwrite:
+            raise GymflowError(
+                f"Output file already exists: {local!r} holds rows an earlier run of {output!r} could not "
+                "put there. Pass --resume to continue from them, or --overwrite to delete them and start "
+                "fresh."
+            )
+        os.remove(local)
+        echo(f"Deleted existing output file: {local!r}")
     for url in (output, sidecar):
         if storage.exists(url):
             if not options.overwrite:
@@ -87,12 +96,23 @@ def refuse_directory(url: str) -> None:
         )
 
 
-def stage_existing(paths: OutputPaths) -> None:
-    """For a remote output, bring the existing output and sidecar into the staging directory."""
+def stage_existing(paths: OutputPaths, echo: Echo | None = None) -> None:
+    """For a remote output, bring the existing output and sidecar into the staging directory, unless
+    an earlier run left its staged files there (an upload that failed, a killed run): those hold
+    every row the remote copy holds and the ones it could not put, and are continued from."""
     if not paths.remote:
+        return
+    kept = staged_files(paths.output)
+    if kept:
+        if echo is not None:
+            echo(
+                f"Continuing from the rows an earlier run staged in {paths.staging!r} for "
+                f"{scrub_url(paths.output)!r} (its upload did not complete)."
+            )
         return
     for url, local in ((paths.output, paths.local_output), (paths.sidecar, paths.local_sidecar)):
         if storage.isfile(url):
+            os.makedirs(os.path.dirname(local), exist_ok=True)
             download(url, local)
 
 

@@ -365,7 +365,7 @@ def _open_plan(
         stack=stack,
     )
     if options.resume_from_cache or options.append:
-        stage_existing(paths)
+        stage_existing(paths, echo)
     unmatched = selection.unmatched
     if options.resume_from_cache:
         unmatched = _resume(plan, unmatched, echo, warn)
