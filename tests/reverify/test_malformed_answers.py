@@ -78,3 +78,20 @@ def test_judge_failure_without_reward_stays_a_judge_failure(case: Case) -> None:
     assert case.run().code == 0
     [failure] = read_jsonl(case.path("out_failures.jsonl"))
     assert failure["_ng_failure_class"] == "judge_failed"
+
+
+def test_eval_aggregate_counts_the_malformed_row_as_missing(case: Case) -> None:
+    case.server.set((1, 1), kind="ok", extra={"reward": "1.0"})
+    assert case.run("--disable-aggregation").code == 0
+    case.capsys.readouterr()
+    from gymflow.cli import main
+
+    merged = case.path("merged.jsonl")
+    assert main(["eval", "aggregate", "-i", str(case.output), "-o", str(merged), "--direct"]) == 0
+    captured = case.capsys.readouterr()
+    lines = (captured.out + captured.err).splitlines()
+    assert any(
+        line.startswith("Rollouts missing from the score: 1 of 9 materialized (1 verify_invalid_response")
+        for line in lines
+    ), lines
+    assert "Metrics cover: 8 of 9 rollouts" in lines
