@@ -109,3 +109,63 @@ def test_sigterm_says_what_was_kept(
     )
     assert resumed.returncode == 0, resumed.stderr.decode()
     assert f"- {rows} rows already done (in main jsonl)".encode() in resumed.stdout
+
+
+class _CtrlCAfter:
+    """A progress bar that presses Ctrl-C once ``rows`` rows are recorded."""
+
+    def __init__(self, rows: int) -> None:
+        self.rows = rows
+
+    def __call__(self, done: int, failures: int, total: int) -> None:
+        if done >= self.rows:
+            raise KeyboardInterrupt
+
+    def close(self) -> None:
+        pass
+
+
+def test_ctrl_c_leaves_what_was_kept_for_the_line(
+    tmp_path: Path,
+    resources_server: ServerProcess,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """After Ctrl-C the run has flushed and closed its files; the registry still says what they
+    hold, so the CLI's Ctrl-C line can name it (``interrupt.message(SIGINT, [], lifeline.kept())``)."""
+    from tests.reverify.cases import Case
+
+    case = Case(tmp_path, resources_server, capsys)
+    case.materialized, case.rollouts = mcqa_rows(20, 2)
+    resources_server.set((0, 0), kind="status", status=422)
+    monkeypatch.setattr("gymflow.cli.reverify.row_progress", lambda label: _CtrlCAfter(12))
+    monkeypatch.setattr(lifeline, "clear_kept", lambda: None)  # the CLI would forget it on exit
+    lifeline._kept.clear()
+    try:
+        outcome = case.run("--concurrency", "1")
+        assert outcome.code == 130, outcome
+        rows, failures = len(case.out_rows()), len(read_jsonl(case.path("out_failures.jsonl")))
+        assert rows + failures >= 11 and failures == 1
+        assert lifeline.kept() == [
+            (
+                f"{rows} verified rows in '{case.output}' and {failures} failure rows in "
+                f"'{case.path('out_failures.jsonl')}'",
+                "Run the same command with --resume to continue.",
+            )
+        ]
+    finally:
+        lifeline._kept.clear()
+
+
+def test_a_finished_run_keeps_nothing_registered(
+    tmp_path: Path,
+    resources_server: ServerProcess,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from tests.reverify.cases import Case
+
+    monkeypatch.setattr(lifeline, "clear_kept", lambda: None)
+    lifeline._kept.clear()
+    assert Case(tmp_path, resources_server, capsys).run().code == 0
+    assert lifeline.kept() == []
