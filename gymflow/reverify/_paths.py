@@ -3,6 +3,7 @@ outputs (§0 G; kept when the upload fails, for ``--resume``), deletion for ``--
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
@@ -120,6 +121,8 @@ class OutputPaths:
         """Remove the staging directory once its files were put (kept otherwise)."""
         if self.staging is not None and self.published:
             shutil.rmtree(self.staging, ignore_errors=True)
+            with contextlib.suppress(OSError):  # the shared parent, once no output is staged
+                os.rmdir(os.path.dirname(self.staging))
 
 
 def upload(local: str, url: str) -> None:

@@ -159,7 +159,7 @@ def test_endpoint_dies_mid_run_rows_kept_and_resumed(case: Case, endpoint: Endpo
     assert [tuple(e["key"]) for e in case.server.log("/verify")] == [(0, 1)]
     rows = _remote_rows(output)
     assert sorted(key(r) for r in rows) == sorted(key(r) for r in case.rollouts)
-    assert not staging.exists()  # put: the staging is gone
+    assert not staging.exists() and not staging.parent.exists()  # put: the staging is gone
 
 
 def test_overwrite_discards_staged_rows(case: Case, endpoint: Endpoint) -> None:
