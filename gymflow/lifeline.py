@@ -1,7 +1,7 @@
 """Child processes that never outlive the run that started them.
 
-* :func:`worker_init` is the initializer of every process pool gymflow starts: it configures
-  storage, makes the worker ignore Ctrl-C (the parent decides; no traceback per worker) and starts
+* :func:`worker_init` is the initializer of every process pool gymflow starts: it makes the
+  worker ignore Ctrl-C (the parent decides; no traceback per worker) and starts
   a thread that ends the worker as soon as its parent is gone (``kill -9`` of the parent included).
 * :func:`ensure_watchdog` starts, once per process, a small watchdog process that notes this
   process's descendants (pool workers, multiprocessing's resource tracker, launched resources
@@ -9,6 +9,8 @@
   in a session of its own, is meant to outlive commands and is left alone.
 * :func:`add_cleanup` / :func:`run_cleanups`: what an interrupted run must stop before it exits
   (the CLI's signal handler runs them within a deadline).
+* :func:`add_kept` / :func:`kept`: what an interrupted run keeps so far in files it appends to
+  (which no storage write observer sees until they are complete), for the CLI's interrupt line.
 """
 
 from __future__ import annotations
@@ -25,7 +27,18 @@ from collections.abc import Callable
 from contextlib import suppress
 from typing import Any
 
-__all__ = ["add_cleanup", "ensure_watchdog", "run_cleanups", "stop_children", "watch_parent", "worker_init"]
+__all__ = [
+    "Kept",
+    "add_cleanup",
+    "add_kept",
+    "clear_kept",
+    "ensure_watchdog",
+    "kept",
+    "run_cleanups",
+    "stop_children",
+    "watch_parent",
+    "worker_init",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -194,6 +207,47 @@ def add_cleanup(callback: Callable[[], None]) -> Callable[[], None]:
             _cleanups.remove(callback)
 
     return remove
+
+
+Kept = tuple[str, str]
+"""(what is kept, how to continue), e.g. ``("32 verified rows in 'out.jsonl'", "Run the same command
+with --resume to continue.")``."""
+
+_kept: dict[int, Callable[[], Kept | None]] = {}
+_kept_lock = threading.Lock()  # for changes only: kept() runs in signal handlers and takes no lock
+
+
+def add_kept(describe: Callable[[], Kept | None]) -> Callable[[], None]:
+    """Register ``describe`` for :func:`kept` (it returns None while nothing is kept); returns a
+    function that unregisters it. Describers must be quick and must not raise: the CLI calls them
+    from its signal handler."""
+    with _kept_lock:
+        _kept[id(describe)] = describe
+
+    def remove() -> None:
+        with _kept_lock:
+            if _kept.get(id(describe)) is describe:
+                del _kept[id(describe)]
+
+    return remove
+
+
+def kept() -> list[Kept]:
+    """What the registered describers say is kept, oldest first."""
+    describers = tuple(_kept.values())  # one C-level copy: safe against concurrent changes
+    out: list[Kept] = []
+    for describe in describers:
+        with suppress(Exception):
+            entry = describe()
+            if entry is not None:
+                out.append(entry)
+    return out
+
+
+def clear_kept() -> None:
+    """Forget every describer (the end of a command: what it kept is no longer news)."""
+    with _kept_lock:
+        _kept.clear()
 
 
 def run_cleanups(deadline: float) -> None:

@@ -209,10 +209,14 @@ def _clean_beside(output_url: str, warn: Warn) -> None:
 
 def _acquire_local(output_url: str, path: str, holder: Holder, wait: float, warn: Warn) -> Callable[[], None]:
     local = path.removeprefix("file://")
-    os.makedirs(os.path.dirname(os.path.abspath(local)), exist_ok=True)
     start = time.monotonic()
     while True:
-        fd = os.open(local, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
+        try:  # an output in a directory that cannot hold files (/proc, a file, no permission)
+            os.makedirs(os.path.dirname(os.path.abspath(local)), exist_ok=True)
+            fd = os.open(local, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
+        except OSError as exc:
+            reason = exc.strerror or str(exc)
+            raise StorageError(f"{output_url}: cannot write beside it (run lock {path}): {reason}") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:

@@ -1,12 +1,13 @@
 """Ctrl-C and SIGTERM: one line, the run's locks released, its children stopped, exit 130 (143).
 
 While a command runs, SIGINT and SIGTERM are handled here instead of by Python's default
-``KeyboardInterrupt``: the handler prints one line (``Interrupted; nothing was written`` or the
-complete files the run kept, and how to resume), silences this process's other output, releases
-the run locks, runs the registered cleanups (:func:`gymflow.lifeline.add_cleanup`), stops the
-worker processes and exits at once, well within 5 seconds, without a traceback. Every file gymflow
-writes is written atomically, so nothing half-written is left; the provenance record is written
-last, so a rerun of the same command redoes whatever the record does not cover.
+``KeyboardInterrupt``: the handler prints one line (``Interrupted; nothing was written``, or the
+complete files the run kept and what the files it appends to hold so far, and how to resume),
+silences this process's other output, releases the run locks, runs the registered cleanups
+(:func:`gymflow.lifeline.add_cleanup`), stops the worker processes and exits at once, well within
+5 seconds, without a traceback. Every file gymflow writes is written atomically or row by row, so
+nothing half-written is left; the provenance record is written last, so a rerun of the same
+command redoes whatever the record does not cover.
 """
 
 from __future__ import annotations
@@ -29,14 +30,20 @@ CLEANUP_DEADLINE_S = 3.0
 EXIT_STATUS = {signal.SIGINT: 130, signal.SIGTERM: 143}
 
 
-def message(signum: int, written: Sequence[str]) -> str:
-    """The one line printed for an interrupted run that completed ``written`` files."""
+def message(signum: int, written: Sequence[str], kept: Sequence[lifeline.Kept] = ()) -> str:
+    """The one line printed for an interrupted run that completed ``written`` files and keeps
+    what ``kept`` describes in files it appends to (:func:`gymflow.lifeline.add_kept`)."""
     what = "Interrupted" if signum == signal.SIGINT else "Terminated"
+    files = ", ".join(dict.fromkeys(written))
+    if kept:
+        held = " and ".join(entry for entry, _ in kept)
+        hints = " ".join(dict.fromkeys(hint for _, hint in kept))
+        also = f"; also {files} (complete)" if files else ""
+        return f"{what}; kept {held}{also} (the run did not finish). {hints}"
     if not written:
         return f"{what}; nothing was written. Run the same command again to start over."
-    kept = ", ".join(dict.fromkeys(written))
     return (
-        f"{what}; kept {kept} (complete, but the run did not finish). "
+        f"{what}; kept {files} (complete, but the run did not finish). "
         "Run the same command again to resume; it redoes what no provenance record covers."
     )
 
@@ -48,7 +55,7 @@ def _finish(signum: int, written: Sequence[str]) -> None:
     except (OSError, ValueError):
         pass
     try:
-        sys.stderr.write(message(signum, written) + "\n")
+        sys.stderr.write(message(signum, written, lifeline.kept()) + "\n")
         sys.stderr.flush()
     except (OSError, ValueError):
         pass
@@ -94,3 +101,4 @@ def run(handler: Handler, args: argparse.Namespace, extras: Sequence[str]) -> in
         for sig, old in previous.items():
             signal.signal(sig, old)
         remove_observer()
+        lifeline.clear_kept()

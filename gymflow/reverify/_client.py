@@ -33,7 +33,15 @@ import orjson
 
 from gymflow.reverify._classes import FailureClass
 
-__all__ = ["ClientSettings", "Request", "Result", "TransportFactory", "verify_requests", "verify_stream"]
+__all__ = [
+    "ClientSettings",
+    "Request",
+    "Result",
+    "TransportFactory",
+    "failure_fields",
+    "verify_requests",
+    "verify_stream",
+]
 
 TransportFactory = Callable[[int], httpx.AsyncBaseTransport]
 """Builds the transport of one client, given the pool size."""
@@ -66,10 +74,14 @@ class Request:
 
 @dataclass(slots=True)
 class Result:
-    """An answer object, or the failure fields of §4 point 1."""
+    """An answer object, or the failure fields of §4 point 1. An answer keeps the HTTP status and
+    the body it was parsed from (for the failure row of an answer that turns out malformed)."""
 
     answer: dict[str, Any] | None
     failure: dict[str, Any] | None = None
+    status: int | None = None
+    body: bytes | None = None
+    attempts: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,20 +163,24 @@ def _retry_after(reply: _Reply, cap: float) -> float | None:
     return min(max(value, 0.0), cap) if value == value else None
 
 
+def failure_fields(
+    kind: FailureClass, type_: str, message: str, status: int | None, body: str | None, attempts: int
+) -> dict[str, Any]:
+    """The ``_ng_failure_*`` fields of a row that failed (§4 point 1)."""
+    return {
+        "_ng_failure_class": kind,
+        "_ng_failure_type": type_,
+        "_ng_failure_message": message,
+        "_ng_failure_http_status": status,
+        "_ng_failure_response_body": None if body is None else body[:_BODY_CHARS],
+        "_ng_failure_attempts": attempts,
+    }
+
+
 def _failure(
     kind: FailureClass, type_: str, message: str, status: int | None, body: str | None, attempts: int
 ) -> Result:
-    return Result(
-        None,
-        {
-            "_ng_failure_class": kind,
-            "_ng_failure_type": type_,
-            "_ng_failure_message": message,
-            "_ng_failure_http_status": status,
-            "_ng_failure_response_body": None if body is None else body[:_BODY_CHARS],
-            "_ng_failure_attempts": attempts,
-        },
-    )
+    return Result(None, failure_fields(kind, type_, message, status, body, attempts))
 
 
 def _aiohttp_errors() -> tuple[type[BaseException], ...]:
@@ -212,10 +228,14 @@ def _answered(reply: _Reply, request: Request, attempt: int) -> Result:
     if 200 <= status < 300:
         try:
             answer = orjson.loads(reply.body)
-        except orjson.JSONDecodeError:
-            answer = None
+        except orjson.JSONDecodeError as exc:
+            # NaN, Infinity and numbers beyond the float range (1e999) are refused here too.
+            message = f"POST {request.url} answered HTTP {status} with a body that is not valid JSON ({exc})"
+            return _failure(
+                "verify_invalid_response", "InvalidResponse", message, status, reply.text, attempt
+            )
         if isinstance(answer, dict):
-            return Result(answer)
+            return Result(answer, status=status, body=reply.body, attempts=attempt)
         message = f"POST {request.url} answered HTTP {status} with a body that is not a JSON object"
         return _failure("verify_invalid_response", "InvalidResponse", message, status, reply.text, attempt)
     message = f"POST {request.url} answered HTTP {status}"

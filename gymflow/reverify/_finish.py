@@ -18,7 +18,9 @@ from gymflow.aggregate._reduce import assign_labels, key_metrics_lines
 from gymflow.aggregate._rows import RowFacts, extract
 from gymflow.aggregate._run import metrics_bytes
 from gymflow.aggregate._scan import GroupRef
+from gymflow.errors import InputError
 from gymflow.gym_config import RouteError
+from gymflow.reverify._outputs import forget_kept
 from gymflow.reverify._plan import Echo, ReverifyPlan, Tally
 from gymflow.run_context import RunContext
 
@@ -128,7 +130,14 @@ def _entries(plan: ReverifyPlan, echo: Echo) -> list[dict[str, Any]]:
         for number, line in enumerate(handle, 1):
             if not line.strip():
                 continue
-            row = orjson.loads(line)
+            try:
+                row = orjson.loads(line)
+            except orjson.JSONDecodeError as exc:
+                # Sorting put every line that is not a row last: its number is of the sorted file.
+                raise InputError(
+                    f"{plan.paths.output!r} holds a line that is not a JSON row ({exc}): "
+                    f"{line[:60]!r}. Remove that line, or pass --overwrite to start over."
+                ) from None
             labelled = _label_key(row) if isinstance(row, dict) else None
             if labelled is None:
                 continue
@@ -281,6 +290,7 @@ def finish(plan: ReverifyPlan, echo: Echo, ctx: RunContext | None = None) -> Rev
 
             echo(warning(plan.unsafe_servers))
         _record(plan, metrics, data, ctx or RunContext())
+        forget_kept(plan.paths)
         return ReverifyOutcome(
             output=plan.paths.output,
             sidecar=plan.paths.sidecar,

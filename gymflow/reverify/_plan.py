@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import Any
 
 import httpx
 import orjson
@@ -26,6 +26,7 @@ from gymflow.reverify._inputs import Key, Materialized, build_body, read_materia
 from gymflow.reverify._migrate import migrate_invalid_judge_rows
 from gymflow.reverify._options import ReverifyOptions
 from gymflow.reverify._outputs import (
+    Appender,
     keys_in,
     open_outputs,
     protect,
@@ -113,7 +114,7 @@ class ReverifyPlan:
     transport: TransportFactory | None = None
     resume: ResumeCounts | None = None
     stack: ExitStack = field(default_factory=ExitStack)
-    files: dict[str, IO[bytes]] = field(default_factory=dict)
+    files: dict[str, Appender] = field(default_factory=dict)
 
     @property
     def mode(self) -> str:
@@ -172,9 +173,12 @@ class ReverifyPlan:
             handle.flush()
 
     def close_files(self) -> None:
-        for handle in self.files.values():
-            handle.close()
+        """Close every file (each is closed even when another raises); raises the first failure."""
+        files = list(self.files.values())
         self.files.clear()
+        with ExitStack() as closing:
+            for handle in files:
+                closing.callback(handle.close)
 
     def abort(self) -> None:
         """Leave the output resumable: flush, put staged files, stop launched servers."""
@@ -361,11 +365,11 @@ def _open_plan(
         stack=stack,
     )
     if options.resume_from_cache or options.append:
-        stage_existing(paths)
+        stage_existing(paths, echo)
     unmatched = selection.unmatched
     if options.resume_from_cache:
         unmatched = _resume(plan, unmatched, echo, warn)
-    plan.files = open_outputs(paths)
+    plan.files = open_outputs(paths, warn)
     if options.judge_failed_only:
         assert options.rollouts_jsonl_fpath is not None
         tally.seeded = seed(

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Mapping
 from typing import Any, Literal
 
 from gymflow.reverify._classes import FailureClass
 
-__all__ = ["Destination", "alarm_line", "classify", "reverify_key", "stamp"]
+__all__ = ["Destination", "alarm_line", "answer_problem", "classify", "reverify_key", "stamp"]
 
 Destination = Literal["output", "sidecar", "none"]
 
@@ -57,6 +58,50 @@ def classify(row: dict[str, Any], atif: bool) -> Destination:
             row["_ng_failure_class"] = default
         return "sidecar"
     return "output"
+
+
+REQUIRED_OBJECTS = ("responses_create_params", "response")
+"""Fields every scored row carries as JSON objects (Gym's verify response requires them)."""
+
+
+_TYPE_NAMES: dict[type, str] = {
+    bool: "a boolean",
+    str: "a string",
+    type(None): "null",
+    list: "an array",
+    dict: "an object",
+}
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def answer_problem(answer: Mapping[str, Any]) -> str | None:
+    """Why a 2xx ``/verify`` answer cannot be kept as a scored row, or None when it can.
+
+    A scored row needs a ``reward`` that is a finite JSON number (a string such as ``"1.0"``,
+    ``null``, a boolean, NaN or infinity is refused; reverify.md §3.10 point 5), the objects of
+    :data:`REQUIRED_OBJECTS`, and ``mask_sample``, when present, a boolean.
+    """
+    if "reward" not in answer:
+        return "an answer without `reward`"
+    reward = answer["reward"]
+    if isinstance(reward, bool) or not isinstance(reward, int | float):
+        kind = _TYPE_NAMES.get(type(reward), type(reward).__name__)
+        return f"`reward` {_shown(reward)} ({kind}), not a number"
+    if isinstance(reward, float) and not math.isfinite(reward):
+        return f"`reward` {reward!r}, not a finite number"
+    for name in REQUIRED_OBJECTS:
+        if not isinstance(answer.get(name), Mapping):
+            if name not in answer:
+                return f"an answer without `{name}`"
+            return f"`{name}` {_shown(answer[name])}, not an object"
+    mask = answer.get("mask_sample", False)
+    if not isinstance(mask, bool):
+        return f"`mask_sample` {_shown(mask)}, not a boolean"
+    return None
 
 
 def summary(row: Mapping[str, Any]) -> dict[str, Any]:

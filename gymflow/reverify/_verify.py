@@ -9,9 +9,9 @@ from typing import Any
 
 import orjson
 
-from gymflow.reverify._client import Request, Result, run, verify_stream
+from gymflow.reverify._client import Request, Result, failure_fields, run, verify_stream
 from gymflow.reverify._plan import Echo, ReverifyPlan, Routed
-from gymflow.reverify._results import Destination, alarm_line, classify, stamp
+from gymflow.reverify._results import Destination, alarm_line, answer_problem, classify, stamp
 
 __all__ = [
     "BatchResult",
@@ -62,14 +62,31 @@ def requests_of(rows: Iterable[Routed]) -> Iterator[tuple[Routed, Request]]:
 
 
 def completed_row(plan: ReverifyPlan, routed: Routed, outcome: Result) -> tuple[Destination, dict[str, Any]]:
-    """The stamped row of one outcome and where it goes (§2.6 steps 1-3, §4 point 1)."""
+    """The stamped row of one outcome and where it goes (§2.6 steps 1-3, §4 point 1).
+
+    An answer that would be scored but is malformed (:func:`answer_problem`: a reward that is not a
+    finite number, a required field missing) becomes a ``verify_invalid_response`` failure row.
+    """
     if outcome.answer is not None:
         row = stamp(
             outcome.answer, routed.item.body, routed.reverify_key, plan.options.retry_invalid_judge_responses
         )
+        destination = classify(row, plan.options.atif)
+        problem = answer_problem(row) if destination == "output" else None
+        if problem is None:
+            return destination, row
+        failure = failure_fields(
+            "verify_invalid_response",
+            "InvalidResponse",
+            f"POST {routed.url}/verify answered HTTP {outcome.status} with {problem}",
+            outcome.status,
+            None if outcome.body is None else outcome.body.decode("utf-8", errors="replace"),
+            outcome.attempts,
+        )
     else:
-        row = stamp({}, routed.item.body, routed.reverify_key, False)
-        row.update(outcome.failure or {})
+        failure = outcome.failure or {}
+    row = stamp({}, routed.item.body, routed.reverify_key, False)
+    row.update(failure)
     return classify(row, plan.options.atif), row
 
 

@@ -52,6 +52,7 @@ KINDS = (
     "judge_failed",  # 200 with the request body plus the judge-failure tags
     "no_persist",  # a normal answer plus ``_ng_no_persist: true``
     "invalid_judge",  # a normal answer plus ``invalid_judge_response: true`` (``invalid_judge_retryable``)
+    "raw",  # 200 with ``body`` (a string) sent as it is, e.g. ``{"reward": NaN}``
 )
 
 _BOXED = re.compile(r"\\boxed\{\s*([^{}]*?)\s*\}")
@@ -65,6 +66,7 @@ class Behaviour:
 
     ``kind`` applies to the first ``times`` attempts of each key (every attempt when ``times`` is None);
     later attempts are answered normally. ``latency_ms`` is an extra ``asyncio.sleep`` before every answer.
+    A normal answer gets ``extra`` merged in, then the fields named in ``remove`` dropped.
     """
 
     kind: str = "ok"
@@ -77,6 +79,7 @@ class Behaviour:
     error: str = "judge endpoint returned 401 Unauthorized"
     retryable: bool | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    remove: list[str] = field(default_factory=list)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Behaviour:
@@ -288,6 +291,8 @@ def create_app(
             return Response(b"", status_code=500)
         if kind == "non_object":
             return _json([1] if behaviour.body is None else behaviour.body)
+        if kind == "raw":
+            return Response(str(behaviour.body).encode(), media_type="application/json")
         if kind == "hang" and await _hang_until_disconnected(request, behaviour.hang_s):
             return Response(b"", status_code=499)
         detail = _missing_fields(body)
@@ -303,6 +308,8 @@ def create_app(
             if behaviour.retryable is not None:
                 answer["invalid_judge_retryable"] = behaviour.retryable
         answer.update(behaviour.extra)
+        for name in behaviour.remove:
+            answer.pop(name, None)
         return _json(answer)
 
     async def aggregate_metrics(request: Request) -> Response:
