@@ -269,8 +269,11 @@ def recording(composed: Composed) -> Iterator[None]:
 
 
 def configure_storage(settings: GymflowConfig) -> None:
-    """``storage.options`` for this process (storage keeps its own mutable copy)."""
-    from gymflow import storage
+    """``storage.options`` and ``storage.timeout_s`` for this process (storage keeps its own
+    mutable copy)."""
+    from gymflow import storage, storage_faults
     from gymflow.frozen import thaw
 
-    storage.configure(thaw(settings.storage.options))
+    storage.configure(
+        storage_faults.with_timeout_s(thaw(settings.storage.options), settings.storage.timeout_s)
+    )
