@@ -3,7 +3,6 @@ for ``--resume`` (§0 G), the keys a file holds, recovery seeding (§2.9 step 6)
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from typing import IO
 
@@ -73,8 +72,10 @@ def stage_existing(paths: OutputPaths) -> None:
 
 def open_outputs(paths: OutputPaths) -> dict[str, IO[bytes]]:
     """The local output and sidecar opened for appending (the sidecar always exists afterwards)."""
-    os.makedirs(os.path.dirname(os.path.abspath(paths.local_output)), exist_ok=True)
-    return {"output": open(paths.local_output, "ab"), "sidecar": open(paths.local_sidecar, "ab")}
+    return {
+        "output": storage.open_append(paths.local_output),
+        "sidecar": storage.open_append(paths.local_sidecar),
+    }
 
 
 def keys_in(url: str) -> set[Key]:
