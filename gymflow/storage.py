@@ -184,7 +184,7 @@ def filesystem(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
                 options = dict(_options[name])
                 break
     options, retries = with_timeouts(protocol, options, timeout_s())
-    with _guard(url, "open filesystem for"):
+    with guard(url, "open filesystem for"):  # no request yet: the call that follows is guarded
         fs, path = url_to_fs(url, **options)
     if retries is not None and hasattr(fs, "retries"):
         fs.retries = 1  # botocore retries (standard mode, with backoff): attempts do not multiply

@@ -141,12 +141,16 @@ def guard(
 
     ``budget`` is the ``storage.timeout_s`` in force. It is named when the endpoint did not answer
     in time, and for that long afterwards the same bucket at the same ``endpoint`` (the configured
-    endpoint URL, if any) fails at once with the same reason: a command that tries again, or goes
-    on to its next file, then ends within one budget instead of one per operation.
+    endpoint URL, if any) fails at once, saying so: a command that tries again, or goes on to its
+    next file, then ends within one budget instead of one per operation. (A long-lived process,
+    such as ``serve``, asks again once the budget has passed.)
     """
     where = _bucket(url, endpoint) if budget is not None else None
-    if where is not None and (known := _silent_reason(where)) is not None:
-        raise StorageError(f"{scrub_url(url)}: cannot {action} it: {known}")
+    if where is not None and budget is not None and (since := _silent_since(where, budget)) is not None:
+        raise StorageError(
+            f"{scrub_url(url)}: cannot {action} it: the storage endpoint did not answer in time "
+            f"(storage.timeout_s = {budget:g} s; not asked again: it gave no answer {since:.0f} s ago)"
+        )
     try:
         yield
     except GymflowError:
@@ -161,12 +165,13 @@ def guard(
         if not _is_backend_error(exc):
             raise
         reason = _explain(exc, budget, url)
-        if where is not None and budget is not None and _unanswered(exc):
-            _note_silence(where, reason, budget)
+        if where is not None and _unanswered(exc):
+            _note_silence(where)
         raise StorageError(f"{scrub_url(url)}: cannot {action} it: {reason}") from exc
 
 
-_silent: dict[str, tuple[float, str]] = {}
+_silent: dict[str, float] = {}
+"""When each bucket (at its endpoint) last did not answer in time (``time.monotonic()``)."""
 _silent_guard = threading.Lock()
 
 
@@ -179,18 +184,22 @@ def _bucket(url: str, endpoint: str) -> str | None:
     return f"{parts.scheme.lower()}://{parts.netloc.rpartition('@')[2]} at {endpoint}"
 
 
-def _silent_reason(where: str) -> str | None:
+def _silent_since(where: str, budget: float) -> float | None:
+    """Seconds since ``where`` last did not answer, if that is less than ``budget`` ago."""
     with _silent_guard:
-        until, reason = _silent.get(where, (0.0, ""))
-        if time.monotonic() < until:
-            return reason
-        _silent.pop(where, None)
+        last = _silent.get(where)
+        if last is None:
+            return None
+        since = time.monotonic() - last
+        if since < budget:
+            return since
+        del _silent[where]
         return None
 
 
-def _note_silence(where: str, reason: str, budget: float) -> None:
+def _note_silence(where: str) -> None:
     with _silent_guard:
-        _silent[where] = (time.monotonic() + budget, reason)
+        _silent[where] = time.monotonic()
 
 
 def _unanswered(exc: BaseException) -> bool:
