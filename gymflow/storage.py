@@ -107,7 +107,7 @@ def _guard(url: str, action: str, *, writing: bool = False) -> contextlib.Abstra
     options = current_options()
     protocol = _protocol(url)
     endpoint = str(options.get(protocol, {}).get("endpoint_url") or os.environ.get("AWS_ENDPOINT_URL", ""))
-    return guard(url, action, writing=writing, budget=timeout_of(options), endpoint=endpoint)
+    return guard(url, action, writing=writing, budget=timeout_s(), endpoint=endpoint)
 
 
 def limit(fs: fsspec.AbstractFileSystem, nbytes: int = 0) -> dict[str, float]:
