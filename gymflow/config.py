@@ -35,6 +35,12 @@ class StorageConfig(_Frozen):
         description="fsspec options per protocol, e.g. {'s3': {'endpoint_url': ...}}. Empty: the "
         "usual AWS_* environment variables apply. Frozen: a FrozenDict of FrozenDicts.",
     )
+    timeout_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="Seconds a storage operation may take, retries included, before the command "
+        "fails with one line naming the URL (an endpoint that accepts connections and never answers).",
+    )
 
     @field_validator("options", mode="after")
     @classmethod

@@ -208,11 +208,18 @@ def _clean_beside(output_url: str, warn: Warn) -> None:
 
 
 def _acquire_local(output_url: str, path: str, holder: Holder, wait: float, warn: Warn) -> Callable[[], None]:
+    # The lock file is the first thing a run writes beside its output: an output location that
+    # cannot be written (read-only, full, not a directory...) is named here, in one line.
+    with storage_faults.guard(output_url, "write", writing=True):
+        return _take_local(output_url, path, holder, wait, warn)
+
+
+def _take_local(output_url: str, path: str, holder: Holder, wait: float, warn: Warn) -> Callable[[], None]:
     local = path.removeprefix("file://")
     start = time.monotonic()
     while True:
         try:  # an output in a directory that cannot hold files (/proc, a file, no permission)
-            os.makedirs(os.path.dirname(os.path.abspath(local)), exist_ok=True)
+            storage.make_dirs(os.path.dirname(os.path.abspath(local)))  # names a symlink loop
             fd = os.open(local, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
         except OSError as exc:
             reason = exc.strerror or str(exc)
@@ -241,8 +248,14 @@ def _acquire_local(output_url: str, path: str, holder: Holder, wait: float, warn
     if previous is not None:
         warn(f"took over the lock of {previous.describe()}, which ended without releasing it (lock {path})")
     data = holder.to_bytes()
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, data, 0)
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, data, 0)
+    except BaseException:
+        with suppress(OSError):
+            os.unlink(local)  # ours: we hold its lock
+        os.close(fd)
+        raise
 
     def release() -> None:
         try:
@@ -283,21 +296,23 @@ def _acquire_remote(
     mine = Holder(**{**asdict(holder), "expires": time.time() + lease})
     while True:
         try:
-            fs.pipe_file(key, mine.to_bytes(), mode="create")
+            fs.pipe_file(key, mine.to_bytes(), mode="create", **storage.limit(fs))
             break
         except FileExistsError:
             pass
         except Exception as exc:  # noqa: BLE001 - any backend failure: one line naming the lock
-            reason = storage_faults.describe_error(exc)
-            raise StorageError(f"{path}: cannot take the run lock: {reason}") from exc
-        exists, current = _read_remote(fs, key)
+            raise _lock_failure(path, exc) from exc
+        try:
+            exists, current = _read_remote(fs, key)
+        except Exception as exc:  # noqa: BLE001 - as above
+            raise _lock_failure(path, exc) from exc
         if not exists:
             continue  # released meanwhile
         if current is None or _lease_stale(current):
             who = current.describe() if current is not None else "an unreadable lease"
             warn(f"took over the stale lease of {who} (lock {path})")
             with suppress(Exception):
-                fs.rm_file(key)
+                fs.rm_file(key, **storage.limit(fs))
             continue
         waited = time.monotonic() - start
         if waited >= wait:
@@ -313,7 +328,7 @@ def _acquire_remote(
                 if current is None or current.run_id != holder.run_id:
                     warn(f"the run lock {path} was taken over by another run")
                     return
-                fs.pipe_file(key, renewed.to_bytes())
+                fs.pipe_file(key, renewed.to_bytes(), **storage.limit(fs))
             except Exception as exc:  # noqa: BLE001 - renewal is best effort; expiry covers it
                 logger.warning("cannot renew the run lock %s: %s", path, exc)
 
@@ -323,7 +338,7 @@ def _acquire_remote(
         with suppress(Exception):
             _, current = _read_remote(fs, key)
             if current is not None and current.run_id == holder.run_id:
-                fs.rm_file(key)
+                fs.rm_file(key, **storage.limit(fs))
 
     def release() -> None:
         # Bounded: a store that stopped answering must not hold the run up; the lease then
@@ -333,6 +348,11 @@ def _acquire_remote(
         remover.join(RELEASE_WAIT_S)
 
     return release
+
+
+def _lock_failure(path: str, exc: BaseException) -> StorageError:
+    reason = storage_faults.describe_error(exc, storage.timeout_s())
+    return StorageError(f"{path}: cannot take the run lock: {reason}")
 
 
 def _lease_stale(holder: Holder) -> bool:
@@ -353,6 +373,6 @@ def _read_remote(fs: Any, key: str) -> tuple[bool, Holder | None]:
     """Whether the lease object exists, and its holder if it is readable."""
     try:
         fs.invalidate_cache(key)
-        return True, Holder.parse(bytes(fs.cat_file(key)))
+        return True, Holder.parse(bytes(fs.cat_file(key, **storage.limit(fs))))
     except FileNotFoundError:
         return False, None

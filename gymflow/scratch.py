@@ -15,6 +15,9 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 
+from gymflow.errors import StorageError
+from gymflow.storage_faults import os_reason
+
 __all__ = ["discard", "scratch_dir", "scratch_file", "temporary_dir", "sweep"]
 
 _ENTRY = re.compile(r"^gymflow-[a-z]+-(?P<pid>\d+)-")
@@ -58,13 +61,29 @@ def _prefix(what: str) -> str:
 def scratch_dir(what: str) -> str:
     """A new directory ``gymflow-<what>-<pid>-...``; the caller removes it when done."""
     sweep()
-    return tempfile.mkdtemp(prefix=_prefix(what))
+    with _creating():
+        return tempfile.mkdtemp(prefix=_prefix(what))
 
 
 def scratch_file(what: str, suffix: str = "") -> tuple[int, str]:
     """A new file ``gymflow-<what>-<pid>-...<suffix>``, as ``tempfile.mkstemp`` returns it."""
     sweep()
-    return tempfile.mkstemp(prefix=_prefix(what), suffix=suffix)
+    with _creating():
+        return tempfile.mkstemp(prefix=_prefix(what), suffix=suffix)
+
+
+@contextmanager
+def _creating() -> Iterator[None]:
+    """A temporary directory that cannot be written is one line naming it (and ``TMPDIR``)."""
+    try:
+        yield
+    except OSError as exc:
+        # gettempdir itself fails when no candidate directory is writable.
+        root = tempfile.tempdir or os.environ.get("TMPDIR") or "the temporary directory"
+        raise StorageError(
+            f"{root}: cannot create scratch space in it: {os_reason(exc)} "
+            "(set TMPDIR to a writable directory)"
+        ) from exc
 
 
 def discard(path: str) -> None:

@@ -10,13 +10,16 @@ Credentials are never hard-coded: without options, s3fs (through botocore) reads
 ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_DEFAULT_REGION`` and ``AWS_ENDPOINT_URL``
 environment variables (``AWS_ENDPOINT_URL`` is honoured by this botocore; a test checks it).
 
-Failures are raised as :class:`~gymflow.errors.InputError` (a file to read is missing) or
-:class:`~gymflow.errors.StorageError` (anything else), naming the URL without credentials; how
-failures are bounded and explained lives in :mod:`gymflow.storage_faults`.
+Every call to an object store ends within ``storage.timeout_s`` (:func:`timeout_s`), retries
+included. Failures are raised as :class:`~gymflow.errors.InputError` (a file to read is missing)
+or :class:`~gymflow.errors.StorageError` (anything else: an endpoint that did not answer, a
+read-only or full file system, ...), naming the URL without credentials; how failures are bounded
+and explained lives in :mod:`gymflow.storage_faults`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import copy
 import errno
@@ -29,6 +32,7 @@ import re
 import stat
 import time
 import uuid
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future
 from contextlib import contextmanager, suppress
@@ -40,9 +44,10 @@ from gymflow.errors import InputError, StorageError
 from gymflow.frozen import FrozenDict
 from gymflow.storage_faults import (
     URL_SCHEME,
+    deadline,
     guard,
     scrub_url,
-    upload_deadline,
+    timeout_of,
     with_timeouts,
 )
 
@@ -92,6 +97,34 @@ def using(options: Mapping[str, Mapping[str, Any]]) -> Iterator[None]:
 def current_options() -> dict[str, dict[str, Any]]:
     """A copy of the options in force (see :func:`using`)."""
     return _copy_options(_OPTIONS.get())
+
+
+def timeout_s() -> float:
+    """Seconds a storage operation may take, retries included (``storage.timeout_s``).
+
+    Read from the options set by :func:`configure` (their
+    :data:`~gymflow.storage_faults.SETTINGS_KEY` entry, set by
+    :func:`~gymflow.storage_faults.with_timeout_s`), so it reaches pool workers and tasks with
+    them. The one place storage reads its budget."""
+    return timeout_of(current_options())
+
+
+def _guard(url: str, action: str, *, writing: bool = False) -> contextlib.AbstractContextManager[None]:
+    """:func:`~gymflow.storage_faults.guard` with the budget in force and the endpoint serving
+    ``url`` (a silent endpoint is not waited on twice within the budget)."""
+    if is_local(url):
+        return guard(url, action, writing=writing)
+    options = current_options()
+    protocol = _protocol(url)
+    endpoint = str(options.get(protocol, {}).get("endpoint_url") or os.environ.get("AWS_ENDPOINT_URL", ""))
+    return guard(url, action, writing=writing, budget=timeout_s(), endpoint=endpoint)
+
+
+def limit(fs: fsspec.AbstractFileSystem, nbytes: int = 0) -> dict[str, float]:
+    """Keyword arguments that bound one call of ``fs`` moving about ``nbytes`` by the budget, for
+    code that calls a filesystem from :func:`filesystem` itself: ``fs.cat_file(p, **limit(fs))``
+    (see :func:`~gymflow.storage_faults.deadline`)."""
+    return deadline(fs, timeout_s(), nbytes)
 
 
 def _copy_options(options: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -161,8 +194,8 @@ def filesystem(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
             if name in configured:
                 options = dict(configured[name])
                 break
-    options, retries = with_timeouts(protocol, options)
-    with guard(url, "open filesystem for"):
+    options, retries = with_timeouts(protocol, options, timeout_s())
+    with guard(url, "open filesystem for"):  # no request yet: the call that follows is guarded
         fs, path = url_to_fs(url, **options)
     if retries is not None and hasattr(fs, "retries"):
         fs.retries = 1  # botocore retries (standard mode, with backoff): attempts do not multiply
@@ -226,13 +259,13 @@ def _probe(url: str, local_check: Callable[[str], bool], method: str) -> bool:
     if local is not None:
         return local_check(local)
     fs, path = filesystem(url)
-    with guard(url, "check"):
+    with _guard(url, "check"):
         # Another process may have written since this client last listed the prefix.
         fs.invalidate_cache(path)
         # fsspec's exists/isfile/isdir answer False on *any* failure (an endpoint that is down,
         # refused credentials): ask for the entry itself, so only "not found" means False.
         try:
-            info = fs.info(path)
+            info = fs.info(path, **limit(fs))
         except FileNotFoundError:
             return False
         kind = info.get("type")
@@ -261,12 +294,12 @@ def isdir(url: str) -> bool:
 def size(url: str) -> int:
     """The size of the file at ``url`` in bytes."""
     local = _local_path(url)
-    with guard(url, "stat"):
+    with _guard(url, "stat"):
         if local is not None:
             return os.path.getsize(local)
         fs, path = filesystem(url)
         fs.invalidate_cache(path)
-        return int(fs.size(path))
+        return int(fs.size(path, **limit(fs)))
 
 
 def glob(pattern: str) -> list[str]:
@@ -279,9 +312,9 @@ def glob(pattern: str) -> list[str]:
     assert match is not None
     scheme, rest = pattern[: match.end()], pattern[match.end() :]
     fs, path = filesystem(pattern)
-    with guard(pattern, "list"):
+    with _guard(pattern, "list"):
         fs.invalidate_cache()
-        found = [str(p) for p in fs.glob(path)]
+        found = [str(p) for p in fs.glob(path, **limit(fs))]
     if not rest.startswith("/"):
         found = [p.lstrip("/") for p in found]
     return sorted(scheme + p for p in found)
@@ -323,11 +356,19 @@ def open_read(url: str) -> BinaryIO:
     A local path that is not a regular file (FIFO, device, socket, directory) is an InputError.
     """
     local = _local_path(url)
-    with guard(url, "open"):
+    with _guard(url, "open"):
         if local is not None:
             return _open_regular(url, local, 2**20)
         fs, path = filesystem(url)
-        return cast(BinaryIO, fs.open(path, "rb", block_size=REMOTE_BLOCK_SIZE, cache_type="readahead"))
+        known: dict[str, int] = {}
+        if bound := limit(fs):
+            # The size is looked up within the budget; each block read after it is one request,
+            # bounded by the request timeouts of the budget.
+            fs.invalidate_cache(path)
+            known["size"] = int(fs.info(path, **bound)["size"])
+        return cast(
+            BinaryIO, fs.open(path, "rb", block_size=REMOTE_BLOCK_SIZE, cache_type="readahead", **known)
+        )
 
 
 def read_range(url: str, start: int, end: int) -> bytes:
@@ -337,13 +378,13 @@ def read_range(url: str, start: int, end: int) -> bytes:
     if end == start:
         return b""
     local = _local_path(url)
-    with guard(url, "read"):
+    with _guard(url, "read"):
         if local is not None:
             with _open_regular(url, local, 0) as f:
                 f.seek(start)
                 return _read_exactly(f, end - start)
         fs, path = filesystem(url)
-        return bytes(fs.cat_file(path, start=start, end=end))
+        return bytes(fs.cat_file(path, start=start, end=end, **limit(fs, end - start)))
 
 
 def _read_exactly(f: BinaryIO, count: int) -> bytes:
@@ -362,19 +403,20 @@ def _iter_chunks(url: str, start: int = 0) -> Iterator[bytes]:
     :data:`CHUNK_SIZE` (remote)."""
     local = _local_path(url)
     if local is not None:
-        with guard(url, "read"), _open_regular(url, local, 0) as f:
+        with _guard(url, "read"), _open_regular(url, local, 0) as f:
             f.seek(start)
             while chunk := f.read(LOCAL_CHUNK_SIZE):
                 yield chunk
         return
     fs, path = filesystem(url)
-    with guard(url, "read"):
+    with _guard(url, "read"):
         fs.invalidate_cache(path)
-        total = int(fs.size(path))
+        total = int(fs.size(path, **limit(fs)))
     ranges = [(s, min(s + CHUNK_SIZE, total)) for s in range(start, total, CHUNK_SIZE)]
 
     def fetch(byte_range: tuple[int, int]) -> bytes:
-        return bytes(fs.cat_file(path, start=byte_range[0], end=byte_range[1]))
+        start, end = byte_range
+        return bytes(fs.cat_file(path, start=start, end=end, **limit(fs, end - start)))
 
     # Keep a few range requests in flight so the network overlaps the caller's work.
     pool = threads.executor(_PREFETCH, "gymflow-read")
@@ -383,7 +425,7 @@ def _iter_chunks(url: str, start: int = 0) -> Iterator[bytes]:
         for index in range(len(ranges)):
             while len(pending) < _PREFETCH and index + len(pending) < len(ranges):
                 pending.append(pool.submit(fetch, ranges[index + len(pending)]))
-            with guard(url, "read"):
+            with _guard(url, "read"):
                 chunk = pending.pop(0).result()
             yield chunk
     finally:
@@ -543,6 +585,72 @@ class _Hashing:
         return self.hash.hexdigest(), self.count
 
 
+def make_dirs(directory: str) -> None:
+    """``os.makedirs(directory, exist_ok=True)``, failing with the real reason when a component is
+    not a directory (``os.makedirs`` says ``File exists`` for a symlink loop or a file)."""
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except FileExistsError:
+        os.stat(directory)  # a symlink loop (ELOOP), a dangling link (ENOENT)...
+        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), directory) from None
+
+
+class _Appender:
+    """A local file opened for appending whose failures (a full disk, a file system turned
+    read-only) are :class:`~gymflow.errors.StorageError` lines naming it, like every write here."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        with _guard(path, "write", writing=True):
+            make_dirs(os.path.dirname(os.path.abspath(path)))
+            self._file = open(path, "ab")  # noqa: SIM115 - closed by close()
+        # A run that failed on another file may never close this one: closed, quietly, when dropped.
+        weakref.finalize(self, _close_quietly, self._file)
+
+    def write(self, data: bytes) -> int:
+        with _guard(self.path, "write", writing=True):
+            return self._file.write(data)
+
+    def flush(self) -> None:
+        with _guard(self.path, "write", writing=True):
+            self._file.flush()
+
+    def fileno(self) -> int:
+        return self._file.fileno()
+
+    def tell(self) -> int:
+        return self._file.tell()
+
+    @property
+    def closed(self) -> bool:
+        return self._file.closed
+
+    def close(self) -> None:
+        """Close the file; a failure to write what was buffered is raised (once: the file is
+        closed either way)."""
+        if self._file.closed:
+            return
+        with _guard(self.path, "write", writing=True):
+            self._file.close()
+
+    def __enter__(self) -> _Appender:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _close_quietly(handle: BinaryIO) -> None:
+    with suppress(OSError):
+        handle.close()
+
+
+def open_append(path: str) -> BinaryIO:
+    """Open the local file ``path`` for appending (created with its directories if missing); every
+    failure to write it is a one-line :class:`~gymflow.errors.StorageError` naming ``path``."""
+    return cast(BinaryIO, _Appender(path))
+
+
 def _write_local_atomic(path: str, write: Callable[[BinaryIO], None]) -> None:
     """Write through ``write`` to a temp file beside ``path``, fsync it, then rename it over.
 
@@ -550,7 +658,7 @@ def _write_local_atomic(path: str, write: Callable[[BinaryIO], None]) -> None:
     live writer's file from one left by a killed process. It is renamed before it is closed.
     """
     directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
+    make_dirs(directory)
     temp = os.path.join(directory, f".{os.path.basename(path)}.{uuid.uuid4().hex[:12]}.tmp")
     # os.open with 0o666 lets the umask decide the mode, as for any newly created file.
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
@@ -577,12 +685,12 @@ def write_atomic(url: str, data: bytes) -> tuple[str, int]:
     Returns the SHA-256 (lowercase hex) and size of the bytes written.
     """
     local = _local_path(url)
-    with guard(url, "write", writing=True):
+    with _guard(url, "write", writing=True):
         if local is not None:
             _write_local_atomic(local, lambda f: f.writelines((data,)))
         else:
             fs, path = filesystem(url)
-            fs.pipe_file(path, data, **upload_deadline(fs, len(data)))
+            fs.pipe_file(path, data, **limit(fs, len(data)))
     logger.debug("wrote %d bytes to %s", len(data), scrub_url(url))
     _written(url)
     return hashlib.sha256(data).hexdigest(), len(data)
@@ -595,7 +703,7 @@ def write_atomic_lines(url: str, chunks: Iterable[bytes]) -> tuple[str, int]:
     """
     local = _local_path(url)
     hashing = _Hashing()
-    with guard(url, "write", writing=True):
+    with _guard(url, "write", writing=True):
         if local is not None:
             _write_local_atomic(local, lambda f: f.writelines(hashing.chunks(chunks)))
         else:
@@ -606,10 +714,22 @@ def write_atomic_lines(url: str, chunks: Iterable[bytes]) -> tuple[str, int]:
                 with open(temp, "wb", buffering=2**20) as f:
                     f.writelines(hashing.chunks(chunks))
                 fs, path = filesystem(url)
-                fs.put_file(temp, path, **upload_deadline(fs, hashing.count))
+                fs.put_file(temp, path, **limit(fs, hashing.count))
     logger.debug("wrote %s", scrub_url(url))
     _written(url)
     return hashing.result()
+
+
+def remove(url: str) -> None:
+    """Delete the file at ``url``; a failure (a directory, a read-only location...) is a one-line
+    :class:`~gymflow.errors.StorageError` naming it."""
+    local = _local_path(url)
+    with _guard(url, "delete", writing=True):
+        if local is not None:
+            os.remove(local)
+            return
+        fs, path = filesystem(url)
+        fs.rm_file(path, **limit(fs))
 
 
 def remove_stale_temps(directory: str, warn: Callable[[str], None] | None = None) -> list[str]:

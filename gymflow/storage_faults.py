@@ -1,10 +1,14 @@
-"""How storage fails: bounded timeouts and retries for object stores, and one-line errors that
-name the URL without its credentials (what :mod:`gymflow.storage` raises for every backend)."""
+"""How storage fails: one budget (``storage.timeout_s``) that bounds every call to an object
+store, retries included, and one-line errors that name the URL without its credentials and give
+the operating system's reason for a local path (what :mod:`gymflow.storage` raises for every
+backend)."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -36,67 +40,201 @@ def scrub_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
-DEFAULT_CONNECT_TIMEOUT = 10.0
-"""Seconds to wait for an object store to accept a connection (``connect_timeout`` option)."""
+DEFAULT_TIMEOUT_S = 60.0
+"""Seconds a storage operation may take, retries included, before it fails (``storage.timeout_s``):
+what bounds a command against an endpoint that accepts connections and never answers."""
 
-DEFAULT_READ_TIMEOUT = 60.0
-"""Seconds to wait for any answer on an open connection (``read_timeout`` option)."""
+SETTINGS_KEY = "gymflow"
+"""The entry of the storage options that holds gymflow's own settings (``timeout_s``), beside the
+per-protocol fsspec options, so the budget travels wherever the options do (pool workers, flows,
+tasks); no fsspec protocol has this name."""
+
+DEFAULT_CONNECT_TIMEOUT = 10.0
+"""Upper bound of the seconds to wait for an object store to accept a connection."""
 
 DEFAULT_RETRIES = 3
-"""Attempts of a request that failed transiently (``retries`` option), with backoff between them."""
+"""Attempts of a request that failed transiently, with backoff between them, when the budget
+leaves each attempt at least :data:`MIN_ATTEMPT_S` (fewer attempts otherwise)."""
 
-_TIMEOUT_KEYS = ("connect_timeout", "read_timeout", "retries")
+MIN_ATTEMPT_S = 5.0
+"""Seconds an attempt gets at least (connect and read timeouts together) when there are several."""
+
+_BUDGET_SHARE = 0.9
+"""Share of the budget the request's own timeouts and retries use up, so that their error (which
+says what timed out) comes before the wall-clock limit's."""
 
 
-def with_timeouts(protocol: str, options: dict[str, Any]) -> tuple[dict[str, Any], int | None]:
-    """S3 options with gymflow's bounded timeouts and retries filled in (the user's win).
+def with_timeout_s(options: Mapping[str, Mapping[str, Any]], timeout_s: float) -> dict[str, dict[str, Any]]:
+    """``options`` (per protocol) with the storage budget set to ``timeout_s`` seconds."""
+    if not timeout_s > 0:
+        raise ValueError(f"storage.timeout_s must be positive, not {timeout_s!r}")
+    merged = {str(protocol): dict(values) for protocol, values in options.items()}
+    merged[SETTINGS_KEY] = {**merged.get(SETTINGS_KEY, {}), "timeout_s": float(timeout_s)}
+    return merged
+
+
+def timeout_of(options: Mapping[str, Mapping[str, Any]]) -> float:
+    """The storage budget in seconds set in ``options`` (:data:`DEFAULT_TIMEOUT_S` if none)."""
+    return float(options.get(SETTINGS_KEY, {}).get("timeout_s", DEFAULT_TIMEOUT_S))
+
+
+def _max_backoff(attempts: int) -> float:
+    # botocore's standard retry mode sleeps up to 2**(n-1) s before attempt n + 1 (at most 20 s).
+    return float(sum(min(2 ** (n - 1), 20) for n in range(1, attempts)))
+
+
+def request_limits(budget: float) -> tuple[float, float, int]:
+    """(connect timeout, read timeout, attempts) of one request so that all its attempts and the
+    backoff between them end within :data:`_BUDGET_SHARE` of ``budget`` seconds.
+
+    As many attempts as leave each at least :data:`MIN_ATTEMPT_S` (up to :data:`DEFAULT_RETRIES`);
+    the default 60 s gives 3 attempts of 4.25 s to connect and 12.75 s to read.
+    """
+    usable = budget * _BUDGET_SHARE
+    attempts = DEFAULT_RETRIES
+    while attempts > 1 and (usable - _max_backoff(attempts)) / attempts < MIN_ATTEMPT_S:
+        attempts -= 1
+    per_attempt = (usable - _max_backoff(attempts)) / attempts
+    connect = min(DEFAULT_CONNECT_TIMEOUT, per_attempt / 4)
+    return connect, per_attempt - connect, attempts
+
+
+def with_timeouts(
+    protocol: str, options: dict[str, Any], budget: float = DEFAULT_TIMEOUT_S
+) -> tuple[dict[str, Any], int | None]:
+    """S3 options with timeouts and retries that fit in ``budget`` seconds (the user's win).
 
     ``connect_timeout``, ``read_timeout`` and ``retries`` (total attempts) may be given as plain
-    storage options; they become botocore's ``config_kwargs`` (standard retry mode: transient
-    errors, throttling and 5xx answers are retried with backoff; s3fs' own loop then makes one
-    attempt), so no request hangs longer than ``retries`` x (``connect_timeout`` +
-    ``read_timeout``) plus backoff.
+    storage options; otherwise they come from :func:`request_limits`. They become botocore's
+    ``config_kwargs`` (standard retry mode: transient errors, throttling and 5xx answers are
+    retried with backoff; s3fs' own loop then makes one attempt). Calls that can still take longer
+    (several requests, or one that waits without reading) are cut by :func:`deadline`.
     """
     if protocol not in ("s3", "s3a"):
         return options, None
     options = dict(options)
-    connect = float(options.pop("connect_timeout", DEFAULT_CONNECT_TIMEOUT))
-    read = float(options.pop("read_timeout", DEFAULT_READ_TIMEOUT))
-    retries = max(1, int(options.pop("retries", DEFAULT_RETRIES)))
+    default_connect, default_read, default_attempts = request_limits(budget)
+    connect = float(options.pop("connect_timeout", default_connect))
+    read = float(options.pop("read_timeout", default_read))
+    retries = max(1, int(options.pop("retries", default_attempts)))
     config = dict(options.get("config_kwargs") or {})
     config.setdefault("connect_timeout", connect)
     config.setdefault("read_timeout", read)
-    config.setdefault("retries", {"max_attempts": retries, "mode": "standard"})
+    config.setdefault("retries", {"total_max_attempts": retries, "mode": "standard"})
     options["config_kwargs"] = config
     return options, retries
 
 
 def _is_backend_error(exc: BaseException) -> bool:
-    module = type(exc).__module__.split(".", 1)[0]
-    return isinstance(exc, OSError) or module in _BACKEND_MODULES
+    return isinstance(exc, OSError) or _from_backend(exc)
 
 
 @contextmanager
-def guard(url: str, action: str, *, writing: bool = False) -> Iterator[None]:
+def guard(
+    url: str, action: str, *, writing: bool = False, budget: float | None = None, endpoint: str = ""
+) -> Iterator[None]:
     """Translate storage failures into gymflow errors that name ``url`` (without credentials).
 
     A missing file is an :class:`InputError` when reading; any failure to write (a missing
-    bucket included) is a :class:`StorageError`.
+    bucket, a read-only or full file system, a path that is a directory...) is a
+    :class:`StorageError` that gives the operating system's reason.
+
+    ``budget`` is the ``storage.timeout_s`` in force. It is named when the endpoint did not answer
+    in time, and for that long afterwards the same bucket at the same ``endpoint`` (the configured
+    endpoint URL, if any) fails at once, saying so: a command that tries again, or goes on to its
+    next file, then ends within one budget instead of one per operation. (A long-lived process,
+    such as ``serve``, asks again once the budget has passed.)
     """
+    where = _bucket(url, endpoint) if budget is not None else None
+    if where is not None and budget is not None and (since := _silent_since(where, budget)) is not None:
+        raise StorageError(
+            f"{scrub_url(url)}: cannot {action} it: the storage endpoint did not answer in time "
+            f"(storage.timeout_s = {budget:g} s; not asked again: it gave no answer {since:.0f} s ago)"
+        )
     try:
         yield
     except GymflowError:
         raise
     except FileNotFoundError as exc:
         if writing:
-            raise StorageError(f"{scrub_url(url)}: cannot {action} it: {exc}") from exc
+            raise StorageError(f"{scrub_url(url)}: cannot {action} it: {_explain(exc, budget, url)}") from exc
         raise InputError(
             f"{scrub_url(url)}: no such file or directory (while trying to {action} it)"
         ) from exc
     except Exception as exc:
         if not _is_backend_error(exc):
             raise
-        raise StorageError(f"{scrub_url(url)}: cannot {action} it: {_explain(exc)}") from exc
+        reason = _explain(exc, budget, url)
+        if where is not None and _unanswered(exc):
+            _note_silence(where)
+        raise StorageError(f"{scrub_url(url)}: cannot {action} it: {reason}") from exc
+
+
+_silent: dict[str, float] = {}
+"""When each bucket (at its endpoint) last did not answer in time (``time.monotonic()``)."""
+_silent_guard = threading.Lock()
+
+
+def _bucket(url: str, endpoint: str) -> str | None:
+    """``scheme://bucket`` of a remote URL and the endpoint serving it (what a silent endpoint is
+    remembered by); None for a local path."""
+    if _is_local(url):
+        return None
+    parts = urlsplit(url)
+    return f"{parts.scheme.lower()}://{parts.netloc.rpartition('@')[2]} at {endpoint}"
+
+
+def _silent_since(where: str, budget: float) -> float | None:
+    """Seconds since ``where`` last did not answer, if that is less than ``budget`` ago."""
+    with _silent_guard:
+        last = _silent.get(where)
+        if last is None:
+            return None
+        since = time.monotonic() - last
+        if since < budget:
+            return since
+        del _silent[where]
+        return None
+
+
+def _note_silence(where: str) -> None:
+    with _silent_guard:
+        _silent[where] = time.monotonic()
+
+
+def _unanswered(exc: BaseException) -> bool:
+    """Whether ``exc`` says the endpoint did not answer in time (not: it refused, or said no)."""
+    return bool(_chain_names(exc) & set(_TIMEOUT_ERRORS + _SLOW_CONNECT_ERRORS))
+
+
+def _chain_names(exc: BaseException) -> set[str]:
+    return {type(item).__name__ for item in _chain(exc)}
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    chain: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and len(chain) < 8:
+        chain.append(current)
+        current = current.__cause__ or current.__context__
+    return chain
+
+
+def os_reason(exc: OSError) -> str:
+    """The operating system's words for a local failure (``Read-only file system``), with the path
+    it names (a temp file, a parent directory) left out: the caller names the path it was given."""
+    if exc.errno is not None and exc.strerror:
+        return exc.strerror
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def _is_local(url: str) -> bool:
+    match = URL_SCHEME.match(url)
+    return match is None or match.group(1).lower() in ("file", "local")
+
+
+def _from_backend(exc: BaseException) -> bool:
+    return type(exc).__module__.split(".", 1)[0] in _BACKEND_MODULES
 
 
 _CONNECT_ERRORS = (
@@ -105,31 +243,39 @@ _CONNECT_ERRORS = (
     "ClientConnectorError",
     "ConnectionError",
 )
+_SLOW_CONNECT_ERRORS = ("ConnectTimeoutError",)
 _TIMEOUT_ERRORS = ("ReadTimeoutError", "ReadTimeout", "TimeoutError", "FSTimeoutError", "timeout")
 _CREDENTIAL_CODES = ("InvalidAccessKeyId", "SignatureDoesNotMatch", "NoCredentialsError", "ExpiredToken")
 
 
-def describe_error(exc: BaseException) -> str:
-    """One line saying what a storage backend's exception means (credentials, bucket, network)."""
-    return _explain(exc)
+def describe_error(exc: BaseException, budget: float | None = None) -> str:
+    """One line saying what a storage backend's exception means (credentials, bucket, network);
+    ``budget`` as for :func:`guard`."""
+    return _explain(exc, budget)
 
 
-def _explain(exc: BaseException) -> str:
-    """One line saying what went wrong with a storage request, the backend's words included."""
-    chain: list[BaseException] = []
-    current: BaseException | None = exc
-    while current is not None and len(chain) < 8:
-        chain.append(current)
-        current = current.__cause__ or current.__context__
+_URL_IN_TEXT = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://[^\s\"']+")
+
+
+def _explain(exc: BaseException, budget: float | None = None, url: str = "") -> str:
+    """One line saying what went wrong with a storage request on ``url``, the backend's words
+    included (URLs in them without credentials); the OS's reason alone for a local path."""
+    if isinstance(exc, OSError) and url and _is_local(url):
+        return os_reason(exc)
+    chain = _chain(exc)
     names = {type(item).__name__ for item in chain}
     text = " ".join(str(item) for item in chain)
-    detail = " ".join(str(exc).split()) or type(exc).__name__
+    detail = (
+        _URL_IN_TEXT.sub(lambda m: scrub_url(m.group(0)), " ".join(str(exc).split())) or type(exc).__name__
+    )
     if any(code in text or code in names for code in _CREDENTIAL_CODES):
         return f"the credentials were refused or are missing ({detail})"
     if "NoSuchBucket" in text or "bucket does not exist" in text.lower():
         return f"the bucket does not exist ({detail})"
     if names & set(_TIMEOUT_ERRORS) and not names & set(_CONNECT_ERRORS[:1]):
-        return f"the storage endpoint did not answer in time ({detail})"
+        if budget is None:
+            return f"the storage endpoint did not answer in time ({detail})"
+        return f"the storage endpoint did not answer in time (storage.timeout_s = {budget:g} s; {detail})"
     if names & set(_CONNECT_ERRORS) or "Could not connect" in text:
         return f"the storage endpoint cannot be reached ({detail})"
     if isinstance(exc, PermissionError) or "AccessDenied" in text:
@@ -137,17 +283,28 @@ def _explain(exc: BaseException) -> str:
     return detail
 
 
-MIN_UPLOAD_RATE = 2**20
-"""Bytes per second an upload may not fall below: what bounds a write to a store that stopped
-reading (socket timeouts only cover reads, so a blocked send would otherwise wait forever)."""
+MIN_TRANSFER_RATE = 2**20
+"""Bytes per second a transfer may not fall below: a transfer of ``n`` bytes gets
+``n / MIN_TRANSFER_RATE`` seconds beyond the budget (socket timeouts only cover waiting to read, so
+a blocked send, or a PUT waiting for ``100 Continue``, would otherwise wait forever)."""
 
 
-def upload_deadline(fs: Any, nbytes: int) -> dict[str, float]:
-    """``timeout=`` for an upload through an async fsspec filesystem (none for the others)."""
+def deadline(fs: Any, budget: float, nbytes: int = 0) -> dict[str, float]:
+    """``timeout=`` for one call of an async fsspec filesystem. Nothing for a synchronous
+    filesystem (local, memory), whose methods take no such argument.
+
+    A call that lists or inspects gets ``budget`` seconds. A transfer of ``nbytes`` (one request,
+    or an upload's parts) gets what its request timeouts allow, at most ``budget``, plus the time
+    to move the bytes at :data:`MIN_TRANSFER_RATE`. fsspec runs the call on its own event loop and
+    cancels it when the time is up (``FSTimeoutError``); an object store only shows an object once
+    its upload is complete, so a cancelled write leaves nothing half-written.
+    """
     if not getattr(fs, "async_impl", False):
         return {}
+    if nbytes <= 0:
+        return {"timeout": budget}
     config = getattr(fs, "config_kwargs", None) or {}
-    connect = float(config.get("connect_timeout", DEFAULT_CONNECT_TIMEOUT))
-    read = float(config.get("read_timeout", DEFAULT_READ_TIMEOUT))
-    retries = config.get("retries", {}).get("max_attempts", DEFAULT_RETRIES)
-    return {"timeout": int(retries) * (connect + read) + nbytes / MIN_UPLOAD_RATE}
+    attempts = int((config.get("retries") or {}).get("total_max_attempts", 1))
+    requests = attempts * (float(config.get("connect_timeout", 0)) + float(config.get("read_timeout", 0)))
+    waiting = min(budget, requests + _max_backoff(attempts)) if requests > 0 else budget
+    return {"timeout": waiting + nbytes / MIN_TRANSFER_RATE}

@@ -265,12 +265,11 @@ def prepare_prefect(settings: GymflowConfig, verbose: bool) -> None:
 def run_context(composed: Composed) -> RunContext:
     """The run context of the command: its storage options, its resolved config (redacted) for
     every provenance record, its runner settings."""
-    from gymflow.frozen import thaw
     from gymflow.run_context import RunContext
 
     settings = composed.settings
     return RunContext(
-        storage_options=thaw(settings.storage.options), config=composed.record(), runner=settings.runner
+        storage_options=storage_options(settings), config=composed.record(), runner=settings.runner
     )
 
 
@@ -279,12 +278,19 @@ _COMMAND_SCOPE = ExitStack()
 
 
 def configure_storage(settings: GymflowConfig) -> None:
-    """``storage.options`` in force for the rest of the command (the checks the CLI makes before
-    the run; the run itself enters its :class:`RunContext`)."""
+    """``storage.options`` and ``storage.timeout_s`` in force for the rest of the command (the
+    checks the CLI makes before the run; the run itself enters its :class:`RunContext`)."""
     from gymflow import storage
+
+    _COMMAND_SCOPE.enter_context(storage.using(storage_options(settings)))
+
+
+def storage_options(settings: GymflowConfig) -> dict[str, Any]:
+    """The storage options of the shared settings, with ``storage.timeout_s`` among them."""
+    from gymflow import storage_faults
     from gymflow.frozen import thaw
 
-    _COMMAND_SCOPE.enter_context(storage.using(thaw(settings.storage.options)))
+    return storage_faults.with_timeout_s(thaw(settings.storage.options), settings.storage.timeout_s)
 
 
 def close_command_scope() -> None:

@@ -140,11 +140,4 @@ def download(url: str, local: str) -> None:
 
 
 def delete(url: str) -> None:
-    local = (
-        None if not storage.is_local(url) else (url[len("file://") :] if url.startswith("file://") else url)
-    )
-    if local is not None:
-        os.remove(local)
-        return
-    fs, path = storage.filesystem(url)
-    fs.rm_file(path)
+    storage.remove(url)

@@ -140,10 +140,11 @@ def test_s3_timeouts_and_retries_are_storage_options(s3_bucket: str) -> None:
     with storage.using(options):
         fs, _ = storage.filesystem(f"{s3_bucket}/x")
         assert fs.config_kwargs["connect_timeout"] == 2.0 and fs.config_kwargs["read_timeout"] == 3.0
-        assert fs.config_kwargs["retries"] == {"max_attempts": 4, "mode": "standard"}
+        assert fs.config_kwargs["retries"] == {"total_max_attempts": 4, "mode": "standard"}
     fs, _ = storage.filesystem(f"{s3_bucket}/x")
-    assert fs.config_kwargs["connect_timeout"] == storage_faults.DEFAULT_CONNECT_TIMEOUT
-    assert fs.config_kwargs["read_timeout"] == storage_faults.DEFAULT_READ_TIMEOUT
+    connect, read, attempts = storage_faults.request_limits(storage.timeout_s())
+    assert fs.config_kwargs["connect_timeout"] == connect and fs.config_kwargs["read_timeout"] == read
+    assert fs.config_kwargs["retries"] == {"total_max_attempts": attempts, "mode": "standard"}
 
 
 def test_a_fifo_is_refused_not_waited_on(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
