@@ -117,12 +117,7 @@ def api_url() -> str:
     return f"{base_url()}/api"
 
 
-def answering(timeout: float = 1.0) -> bool:
-    """Whether this home's Prefect API answers at :func:`api_url`."""
-    return _serves_this_home(identify(port(), timeout))
-
-
-def identify(at_port: int, timeout: float = 1.0) -> Answer:
+def _identify(at_port: int, timeout: float = 1.0) -> Answer:
     """What answers on ``at_port``: nothing, something that is not a Prefect API, or a Prefect
     API and the ``PREFECT_HOME`` its settings name."""
     base = f"http://127.0.0.1:{at_port}/api"
@@ -155,7 +150,8 @@ def _auth_headers() -> dict[str, str]:
 
 
 def _serves_this_home(answer: Answer) -> bool:
-    if answer.kind != "prefect" or answer.home is None:
+    # A relative home is relative to the server's working directory, which is not known here.
+    if answer.kind != "prefect" or answer.home is None or not answer.home.is_absolute():
         return False
     mine = home()
     with contextlib.suppress(OSError):
@@ -345,7 +341,7 @@ def _adoptable(wanted: int, explicit: bool, timeout: float) -> tuple[int | None,
     user set is refused."""
     record = _read_record()
     if record is not None and record.port != wanted and _is_ours(record):
-        if _serves_this_home(identify(record.port, timeout)):
+        if _serves_this_home(_identify(record.port, timeout)):
             if explicit:
                 raise PrefectServerError(
                     f"the local Prefect server of PREFECT_HOME {home()} runs on port "
@@ -353,7 +349,7 @@ def _adoptable(wanted: int, explicit: bool, timeout: float) -> tuple[int | None,
                     f"stops it, and the next command starts it on {wanted}"
                 )
             return record.port, Answer("nothing")
-    answer = identify(wanted)
+    answer = _identify(wanted)
     return (wanted if _serves_this_home(answer) else None), answer
 
 
@@ -400,6 +396,7 @@ def _start(timeout_s: float, wanted: int, explicit: bool, answer: Answer, out: T
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
         "DO_NOT_TRACK": "1",
         "PREFECT_UI_API_URL": url,
+        "PREFECT_HOME": str(home().resolve()),  # absolute, so its settings name it for others
     }
     env.pop("PREFECT_API_URL", None)
     progress = _Progress(
@@ -423,7 +420,7 @@ def _start(timeout_s: float, wanted: int, explicit: bool, answer: Answer, out: T
         _write_record(started)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline and process.poll() is None:
-            if _serves_this_home(identify(chosen, timeout=0.5)):
+            if _serves_this_home(_identify(chosen, timeout=0.5)):
                 _current_port[home()] = chosen
                 return url
             progress.tick()
@@ -471,10 +468,10 @@ def stop() -> bool:
             return True
         _forget(record)
         at_port = record.port if record is not None else configured_port()[0]
-        answer = identify(at_port)
+        answer = _identify(at_port)
         if answer.kind == "nothing" and record is not None:
             at_port = configured_port()[0]
-            answer = identify(at_port)
+            answer = _identify(at_port)
         if answer.kind != "prefect":
             return False
         if _serves_this_home(answer):
