@@ -14,12 +14,16 @@ def register(groups: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     parser = groups.add_parser(
         "ui",
         help="start (or find) the local Prefect server and print its UI's URL",
-        description="Orchestrated commands start a local Prefect server on first use (127.0.0.1, "
-        "port $PREFECT_SERVER_API_PORT or 4200) and reuse it. This prints its UI's URL, starting it "
-        "if needed; --stop stops it. With PREFECT_API_URL set, that server is used instead.",
+        description="Orchestrated commands start a local Prefect server for $PREFECT_HOME on first "
+        "use (127.0.0.1, port $PREFECT_SERVER_API_PORT or 4200; a free port when 4200 serves "
+        "another home) and reuse it. This prints its UI's URL, starting it if needed; --stop "
+        "stops it. With PREFECT_API_URL set, that server is used instead.",
     )
     parser.add_argument(
-        "--stop", action="store_true", default=None, help="stop the local server gymflow started"
+        "--stop",
+        action="store_true",
+        default=None,
+        help="stop the local server gymflow started for this PREFECT_HOME (never another)",
     )
     parser.set_defaults(handler=partial(run, parser))
 
