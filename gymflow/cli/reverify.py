@@ -28,8 +28,6 @@ from gymflow.config import GymflowConfig, RunnerConfig
 from gymflow.errors import GymflowError, UsageError
 from gymflow.run_context import RunContext
 
-INTERRUPTED = "Interrupted; {output} keeps the rows verified so far: rerun with --resume to continue."
-
 # flag destination -> key of config/reverify.yaml (reverify.md §1)
 _FLAGS = {
     "config": "config_paths",
@@ -154,7 +152,10 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace, extras: Seque
         print(f"Error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print(INTERRUPTED.format(output=options.output_jsonl_fpath), file=sys.stderr)
+        from gymflow import lifeline
+        from gymflow.cli import interrupt
+
+        print(interrupt.message(signal.SIGINT, [], lifeline.kept()), file=sys.stderr)
         return 130
     return 0
 
