@@ -218,12 +218,10 @@ def _take_local(output_url: str, path: str, holder: Holder, wait: float, warn: W
     local = path.removeprefix("file://")
     start = time.monotonic()
     while True:
-        try:  # an output in a directory that cannot hold files (/proc, a file, no permission)
-            storage.make_dirs(os.path.dirname(os.path.abspath(local)))  # names a symlink loop
-            fd = os.open(local, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
-        except OSError as exc:
-            reason = exc.strerror or str(exc)
-            raise StorageError(f"{output_url}: cannot write beside it (run lock {path}): {reason}") from None
+        # An output in a directory that cannot hold files (/proc, read-only, a symlink loop) is
+        # named in one line by the caller's guard.
+        storage.make_dirs(os.path.dirname(os.path.abspath(local)))
+        fd = os.open(local, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:

@@ -27,3 +27,36 @@ def test_core_modules_import_no_orchestrator() -> None:
     )
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
+
+
+def test_atif_does_not_import_reverify() -> None:
+    """``gymflow.reverify`` imports ``gymflow.atif`` for ATIF input; never the other way round."""
+    script = textwrap.dedent(
+        """
+        import importlib, pkgutil, sys
+        import gymflow.atif
+        for info in pkgutil.walk_packages(gymflow.atif.__path__, "gymflow.atif."):
+            importlib.import_module(info.name)
+        leaked = sorted(m for m in sys.modules if m.startswith("gymflow.reverify"))
+        assert not leaked, leaked
+        """
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+
+
+def test_flows_and_tasks_do_not_import_the_cli() -> None:
+    """Flows and tasks (deployments included) build on the core, never on the CLI."""
+    script = textwrap.dedent(
+        """
+        import importlib, pkgutil, sys
+        import gymflow.flows, gymflow.tasks
+        for package in (gymflow.flows, gymflow.tasks):
+            for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
+                importlib.import_module(info.name)
+        leaked = sorted(m for m in sys.modules if m.startswith("gymflow.cli"))
+        assert not leaked, leaked
+        """
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr

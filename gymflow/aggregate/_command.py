@@ -153,10 +153,13 @@ def _run(
         echo(up_to_date_line(options))
         outcome.entries = cached_entries(options)
         return outcome
-    spool_dir = scratch.scratch_dir("aggregate") if executor.same_machine else None
-    # Remote shards are read in this process: network-bound, and their storage options (sessions,
-    # credentials) need not survive pickling into another.
-    scan = SCAN_SHARD if all(storage.is_local(shard) for shard in shards) else replace(SCAN_SHARD, cpu=False)
+    # Remote shards are read in this process (on threads where the executor has them, else one
+    # after the other) and spooled to its scratch space for the merge: network-bound, and their
+    # storage options (sessions, credentials) need not survive pickling into another. Local ones
+    # are read where the executor runs CPU-bound work.
+    remote = not all(storage.is_local(shard) for shard in shards)
+    spool_dir = scratch.scratch_dir("aggregate") if executor.same_machine or remote else None
+    scan = replace(SCAN_SHARD, cpu=not remote).cached(options.use_cache)
 
     def done(_: ShardWork, part: ShardPart) -> None:
         if progress is not None:
@@ -164,7 +167,13 @@ def _run(
 
     try:
         work = [ShardWork(shard, index, options, spool_dir, digests) for index, shard in enumerate(located)]
-        parts = executor.map(scan.cached(options.use_cache), work, done=done)
+        if remote and not executor.same_machine:
+            parts = []
+            for item in work:
+                parts.append(executor.call(scan, item))
+                done(item, parts[-1])
+        else:
+            parts = executor.map(scan, work, done=done)
         echo(loaded_line(parts))
         if options.merge_shards:
             echo(f"Merging shards into {options.output}")

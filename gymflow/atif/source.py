@@ -27,7 +27,7 @@ from gymflow.atif.profile import parse_trajectory
 from gymflow.atif.projection import build_body
 from gymflow.atif.reading import read_bytes
 from gymflow.atif.shapes import check_supported
-from gymflow.reverify.items import Item
+from gymflow.verify_items import Item
 
 PROVENANCE_KEY = "_ng_atif_provenance"
 REMOTE_READERS = 8

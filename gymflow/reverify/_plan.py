@@ -46,7 +46,7 @@ from gymflow.reverify._select import (
     select_native,
     work_of_items,
 )
-from gymflow.reverify.items import Item
+from gymflow.verify_items import Item
 
 __all__ = ["Echo", "Routed", "ReverifyPlan", "Tally", "prepare"]
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from gymflow.atif import AtifError, atif_items
-from gymflow.reverify.items import Item
+from gymflow.verify_items import Item
 from tests.atif.builders import (
     changed,
     dumps,

@@ -165,7 +165,9 @@ def test_prefect_post_publishes_artifacts_and_reruns_as_cache_hits(
     # each step's own summary is published in the post run too
     assert any((a.key or "").startswith("eval-health-check-my-run-") for a in by_type["markdown"])
     assert "health-check: ran" in summary.data
-    inputs = next(a for a in by_type["table"] if (a.key or "").endswith("-inputs"))
+    inputs = next(
+        a for a in by_type["table"] if (a.key or "").startswith("eval-post-") and a.key.endswith("-inputs")
+    )
     table = json.loads(inputs.data) if isinstance(inputs.data, str) else inputs.data
     shard = run_dir / "shards" / "rollouts_shard_0.jsonl"
     digest = hashlib.sha256(shard.read_bytes()).hexdigest()

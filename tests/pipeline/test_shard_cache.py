@@ -59,3 +59,30 @@ def test_changing_one_shard_reruns_only_its_scan(tmp_path: Path, capsys: pytest.
     assert main(args) == 0
     capsys.readouterr()
     assert _scan_states(_aggregate_run_id(run)) == ["Cached", "Completed"]
+
+
+def test_the_logs_tab_holds_the_warnings_the_console_prints(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import time
+
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+
+    run = tmp_path / "run"
+    shutil.copytree(EXAMPLE / "shards", run / "shards")
+    args = ["eval", "aggregate", "-i", str(run / "shards" / "*.jsonl"), "-o", str(run / "rollouts.jsonl")]
+    assert main(args) == 0
+    assert "Flow run: http" in capsys.readouterr().err
+    flow_run_id = _aggregate_run_id(run)
+    deadline = time.monotonic() + 30
+    messages: list[str] = []
+    while time.monotonic() < deadline:
+        with local_client() as client:
+            logs = client.read_logs(
+                log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[UUID(flow_run_id)]))
+            )
+        messages = [log.message for log in logs]
+        if any("missing rollouts" in message for message in messages):
+            break
+        time.sleep(0.5)
+    assert any("repeat(s) are missing rollouts" in message for message in messages), messages

@@ -145,7 +145,9 @@ def _expected(command: str, place: Place) -> str | None:
     if command == "post" and place.kind == "proc":
         return None
     if command == "reverify" and place.kind == "directory":
-        return f"Output file already exists: '{place.output}'"  # --overwrite/--resume: below
+        return f"--output '{place.output}' names a directory"  # in every mode, never deleted
+    if command == "reverify" and place.kind == "full":
+        return f"{place.output}: cannot append a row: {REASONS[place.kind]}"  # with the rows it keeps
     if command in ("health-check", "post"):
         if place.kind == "full":
             return f"{place.run_dir}/"  # the first report that does not fit

@@ -28,7 +28,7 @@ def test_symlink_loop(case: Case, flags: tuple[str, ...]) -> None:
 def test_proc(case: Case, flags: tuple[str, ...]) -> None:
     outcome = case.run(*flags, output=Path("/proc/out.jsonl"))
     assert outcome.code == 1 and "Traceback" not in outcome.err, outcome
-    assert outcome.error.startswith("Error: /proc/out.jsonl: cannot write beside it (run lock ")
+    assert outcome.error.startswith("Error: /proc/out.jsonl: cannot write it: ")
     assert outcome.error.endswith(": No such file or directory")
 
 

@@ -1,4 +1,6 @@
-"""What every input format hands the reverify core: one selected rollout to re-verify."""
+"""What every input format (native Gym rows, ATIF trajectories) hands the reverify core: one
+selected rollout to re-verify. Its own module, beside both packages, so that `gymflow.atif`
+never imports `gymflow.reverify` (which imports `gymflow.atif` for ATIF input)."""
 
 from __future__ import annotations
 
