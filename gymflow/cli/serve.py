@@ -7,20 +7,35 @@ starts when a ``gymflow.eval.completed`` event arrives (its resource id is the r
 the ``run`` parameter), and, with ``--evaluation-flow NAME``, when a flow run of that flow
 completes (its ``--run-parameter`` names the run). ``notify RUN`` emits the event, for shell
 scripts and schedulers that finish an evaluation.
+
+Its deployments are named ``*-serve`` (``post-run/post-serve``, ``post-sweep/sweep-serve``,
+``gymflow-command/command-serve``), apart from those ``deployments/prefect.yaml`` declares for a
+work pool, so neither replaces the other. When serve stops (Ctrl-C, SIGTERM or an error) it
+pauses them, which removes the sweep's schedule and the runs it had scheduled.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextvars
 import sys
 from collections.abc import Sequence
 from datetime import timedelta
 from functools import partial
-from typing import Any
+from typing import Any, cast
+from uuid import UUID
 
-from gymflow import storage
+from gymflow import lifeline, storage
 from gymflow.config import GymflowConfig, ServeConfig
 from gymflow.errors import GymflowError, UsageError
+
+POST = "post-serve"
+"""serve's deployment of ``post-run`` (prefect.yaml's is ``post``)."""
+SWEEP = "sweep-serve"
+"""serve's deployment of ``post-sweep`` (prefect.yaml's is ``sweep``)."""
+COMMAND = "command-serve"
+"""serve's deployment of ``gymflow-command`` (prefect.yaml declares one per command)."""
 
 # flag destination -> key of config/serve.yaml
 _FLAGS = {
@@ -104,14 +119,14 @@ def deployments(config: ServeConfig, extras: Sequence[str]) -> list[Any]:
             )
         )
     out = [
-        post_run.to_deployment(name="post", triggers=triggers, parameters=common, concurrency_limit=1),
+        post_run.to_deployment(name=POST, triggers=triggers, parameters=common, concurrency_limit=1),
         # Any command on demand, e.g. judge recovery: argv = [eval, reverify, --judge-failed-only, ...]
-        gymflow_command.to_deployment(name="command", parameters={"argv": ["--help"]}),
+        gymflow_command.to_deployment(name=COMMAND, parameters={"argv": ["--help"]}),
     ]
     if config.sweep:
         out.append(
             post_sweep.to_deployment(
-                name="sweep",
+                name=SWEEP,
                 interval=timedelta(seconds=config.sweep_interval),
                 concurrency_limit=1,  # a sweep still running when the next is due: the next waits
                 parameters={"prefix": config.sweep, **common},
@@ -132,20 +147,63 @@ def run_serve(parser: argparse.ArgumentParser, args: argparse.Namespace, extras:
         print(f"Error: {exc}", file=sys.stderr)
         return 1
     _prepare(settings, config.verbose)
-    from prefect import serve
+    from prefect.runner import Runner
 
     from gymflow.flows._runtime import prefect_api
 
     try:
         with prefect_api() as url:
-            print(
-                f"Serving eval post deployments against {url.removesuffix('/api')} (Ctrl-C stops)", flush=True
-            )
-            serve(*deployments(config, extras), print_starting_message=False)
+            runner = Runner()
+            # Called outside an event loop, add_deployment registers at once and returns the id.
+            served = [cast(UUID, runner.add_deployment(d)) for d in deployments(config, extras)]
+            # Ctrl-C and SIGTERM end this process at once (gymflow.cli.interrupt): the deployments
+            # are paused by its cleanups then, and here on any other way out.
+            context = contextvars.copy_context()  # the Prefect API settings, for the cleanup thread
+            remove = lifeline.add_cleanup(lambda: context.run(unschedule, served))
+            try:
+                print(
+                    f"Serving eval post deployments against {url.removesuffix('/api')} (Ctrl-C stops)",
+                    flush=True,
+                )
+                asyncio.run(runner.start())
+            finally:
+                remove()
+                try:
+                    unschedule(served)
+                except Exception as exc:  # noqa: BLE001 - the API went away: one line, not a traceback
+                    print(f"Warning: the served deployments could not be paused: {exc}", file=sys.stderr)
     except GymflowError as exc:
         print(f"Error: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def unschedule(deployment_ids: Sequence[UUID]) -> None:
+    """Pause the deployments ``serve`` made (Prefect deletes the runs their schedules had made
+    for later) and delete any schedule-made run of theirs still waiting, so nothing is left
+    scheduled once serve has stopped. Runs a trigger started stay, for the next serve."""
+    from prefect import get_client
+    from prefect.client.schemas.filters import (
+        DeploymentFilter,
+        DeploymentFilterId,
+        FlowRunFilter,
+        FlowRunFilterState,
+        FlowRunFilterStateType,
+    )
+    from prefect.client.schemas.objects import StateType
+
+    with get_client(sync_client=True) as client:
+        for deployment_id in deployment_ids:
+            client.pause_deployment(deployment_id)
+        waiting = client.read_flow_runs(
+            deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=list(deployment_ids))),
+            flow_run_filter=FlowRunFilter(
+                state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.SCHEDULED]))
+            ),
+        )
+        for flow_run in waiting:
+            if flow_run.auto_scheduled:
+                client.delete_flow_run(flow_run.id)
 
 
 def run_notify(parser: argparse.ArgumentParser, args: argparse.Namespace, extras: Sequence[str]) -> int:
