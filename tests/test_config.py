@@ -460,6 +460,11 @@ def test_a_misspelt_key_is_refused_with_where_it_was_set_and_the_closest_key(
             "unknown configuration key 'reverfy' in override '++reverfy.enabled=true' (did you mean "
             "'reverify'?)",
         ),
+        (  # serve's overrides are eval post's: refused when serve starts, not in each run
+            ["serve", "++reverify.enabeld=true"],
+            "unknown configuration key 'reverify.enabeld' in override '++reverify.enabeld=true' (did you "
+            "mean 'reverify.enabled'?)",
+        ),
         (
             ["eval", "join", str(run_dir), "++workrs=2"],
             "unknown configuration key 'workrs' in override '++workrs=2' (did you mean 'workers'?)",

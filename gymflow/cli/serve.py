@@ -141,6 +141,10 @@ def run_serve(parser: argparse.ArgumentParser, args: argparse.Namespace, extras:
         parser.error(f"unrecognized arguments: {' '.join(flags)}")
     try:
         settings, config = serve_config(args)
+        # The overrides are eval post's: a typo in them is refused now, not in every run it starts.
+        from gymflow.cli.post import compose_post
+
+        compose_post({"config_paths": list(config.config_paths)} if config.config_paths else {}, extras)
     except UsageError as exc:
         parser.error(str(exc))
     except GymflowError as exc:
