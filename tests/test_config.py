@@ -478,6 +478,15 @@ def test_a_misspelt_key_is_refused_with_where_it_was_set_and_the_closest_key(
             ["eval", "health-check", str(run_dir), "++workrs=2"],
             "health-check does not accept Hydra overrides: ++workrs=2 (did you mean 'workers'?)",
         ),
+        # `KEY=VALUE` of a key nothing holds: refused as such, not "use +KEY=VALUE" (then refused).
+        (
+            ["eval", "health-check", str(run_dir), "foo=1"],
+            "health-check does not accept Hydra overrides: foo=1",
+        ),
+        (
+            ["eval", "reverify", "--inputs", "m", "--rollouts", "r", "-o", "o", "limt=3"],
+            "unknown configuration key 'limt' in override 'limt=3' (did you mean 'limit'?)",
+        ),
     ]
     for args, message in cases:
         assert _message(args) == message, args

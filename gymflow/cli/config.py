@@ -96,9 +96,7 @@ class Composed:
 
     def unknown(self, key: str, known: Iterable[str]) -> str:
         """The line refusing ``key`` (dotted): where it was set and the closest of ``known``."""
-        source = self.where(key)
-        place = " from a flag" if source == FLAG else f" in {source}" if source else ""
-        return f"unknown configuration key {key!r}{place}{hint(key, known)}"
+        return unknown_line(key, self.where(key), known)
 
     def check_block(self, block: str, known: Collection[str]) -> None:
         """Refuse a key of the mapping ``block`` that is not in ``known`` (a block whose model
@@ -120,6 +118,12 @@ class Composed:
         from gymflow.frozen import thaw
 
         return {"command": self.name, **thaw(self.data)}
+
+
+def unknown_line(key: str, source: str | None, known: Iterable[str]) -> str:
+    """``unknown configuration key 'KEY' in SOURCE (did you mean 'CLOSEST'?)``."""
+    place = " from a flag" if source == FLAG else f" in {source}" if source else ""
+    return f"unknown configuration key {key!r}{place}{hint(key, known)}"
 
 
 def hint(key: str, known: Iterable[str]) -> str:
@@ -281,7 +285,7 @@ def compose(
     sources: dict[str, str] = {}
     for key in flags:
         if key.split(".")[0] not in base:  # a flag mapped to a key the command's file lacks
-            raise UsageError(f"unknown configuration key {key!r} from a flag{hint(key, own)}")
+            raise UsageError(unknown_line(key, FLAG, own))
 
     user: Any = OmegaConf.create({})
     found = _user_file(name)
@@ -306,12 +310,32 @@ def compose(
         return holds(packaged, key)
 
     added: dict[str, Override] = {}  # top-level key -> the last override that set it
+
+    def refuse(key: str, source: str | None) -> UsageError:
+        """The line refusing the top-level ``key`` (its override's own with ``unknown_key_message``)."""
+        override = added.get(key)
+        close = difflib.get_close_matches(key, own, n=1)
+        if unknown_key_message and override is not None:
+            suggestion = f" (did you mean {close[0]!r}?)" if close else ""
+            return UsageError(f"{unknown_key_message}: {override.text}{suggestion}")
+        line = unknown_line(key, source, own)
+        if gym_files and override is not None and not close:
+            line += "; a NeMo Gym setting that no block refers to goes in a --config file"
+        return UsageError(line)
+
     for override in values:
         if override.key == "config_paths" and gym_files:
             continue  # already used to pick the files above
+        top = override.key.split(".")[0]
+        if override.kind != "delete":
+            added[top] = override
+        if override.kind == "set" and not known(top) and not holds(user, override.key):
+            # `KEY=VALUE` of a key nothing holds: Hydra would say to add it with `+`, but a key
+            # the command lacks (a Gym command: one named like one of its keys) is refused then.
+            if not gym_files or difflib.get_close_matches(top, own, n=1):
+                raise refuse(top, override.source)
         apply_override(user, override, known=known, packaged=in_packaged)
         if override.kind != "delete":
-            added[override.key.split(".")[0]] = override
             sources.update(dict.fromkeys(leaf_keys({override.key: override.value}), override.source))
     try:
         merged = OmegaConf.merge(packaged, user)
@@ -341,16 +365,8 @@ def compose(
         return key in referred
 
     for key, value in data.items():
-        if key in base or (gym_files and gym_block(key, value)):
-            continue
-        if unknown_key_message and key in added:
-            close = difflib.get_close_matches(key, own, n=1)
-            suggestion = f" (did you mean {close[0]!r}?)" if close else ""
-            raise UsageError(f"{unknown_key_message}: {added[key].text}{suggestion}")
-        line = composed.unknown(key, own)
-        if gym_files and key in added and not difflib.get_close_matches(key, own, n=1):
-            line += "; a NeMo Gym setting that no block refers to goes in a --config file"
-        raise UsageError(line)
+        if key not in base and not (gym_files and gym_block(key, value)):
+            raise refuse(key, composed.where(key))
     settings = validated(GymflowConfig, {key: data[key] for key in SHARED_KEYS if key in data}, composed)
     return replace(composed, settings=settings)
 
