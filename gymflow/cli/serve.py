@@ -18,17 +18,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextvars
 import sys
 from collections.abc import Sequence
 from datetime import timedelta
 from functools import partial
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 from uuid import UUID
 
 from gymflow import lifeline, storage
 from gymflow.config import GymflowConfig, ServeConfig
 from gymflow.errors import GymflowError, UsageError
+
+if TYPE_CHECKING:  # Prefect is imported when serve runs, not by the parser
+    from prefect.client.orchestration import SyncPrefectClient
 
 POST = "post-serve"
 """serve's deployment of ``post-run`` (prefect.yaml's is ``post``)."""
@@ -151,19 +153,20 @@ def run_serve(parser: argparse.ArgumentParser, args: argparse.Namespace, extras:
         print(f"Error: {exc}", file=sys.stderr)
         return 1
     _prepare(settings, config.verbose)
+    from prefect import get_client
     from prefect.runner import Runner
 
     from gymflow.flows._runtime import prefect_api
 
     try:
-        with prefect_api() as url:
+        with prefect_api() as url, get_client(sync_client=True) as client:
             runner = Runner()
             # Called outside an event loop, add_deployment registers at once and returns the id.
-            served = [cast(UUID, runner.add_deployment(d)) for d in deployments(config, extras)]
-            # Ctrl-C and SIGTERM end this process at once (gymflow.cli.interrupt): the deployments
-            # are paused by its cleanups then, and here on any other way out.
-            context = contextvars.copy_context()  # the Prefect API settings, for the cleanup thread
-            remove = lifeline.add_cleanup(lambda: context.run(unschedule, served))
+            served = {cast(UUID, runner.add_deployment(d)): d for d in deployments(config, extras)}
+            # The scheduled one first: Ctrl-C and SIGTERM end this process at once
+            # (gymflow.cli.interrupt), and its cleanups have about a second.
+            ids = sorted(served, key=lambda deployment_id: not served[deployment_id].schedules)
+            remove = lifeline.add_cleanup(partial(unschedule, client, ids))
             try:
                 print(
                     f"Serving eval post deployments against {url.removesuffix('/api')} (Ctrl-C stops)",
@@ -173,7 +176,7 @@ def run_serve(parser: argparse.ArgumentParser, args: argparse.Namespace, extras:
             finally:
                 remove()
                 try:
-                    unschedule(served)
+                    unschedule(client, ids)
                 except Exception as exc:  # noqa: BLE001 - the API went away: one line, not a traceback
                     print(f"Warning: the served deployments could not be paused: {exc}", file=sys.stderr)
     except GymflowError as exc:
@@ -182,11 +185,11 @@ def run_serve(parser: argparse.ArgumentParser, args: argparse.Namespace, extras:
     return 0
 
 
-def unschedule(deployment_ids: Sequence[UUID]) -> None:
-    """Pause the deployments ``serve`` made (Prefect deletes the runs their schedules had made
-    for later) and delete any schedule-made run of theirs still waiting, so nothing is left
-    scheduled once serve has stopped. Runs a trigger started stay, for the next serve."""
-    from prefect import get_client
+def unschedule(client: SyncPrefectClient, deployment_ids: Sequence[UUID]) -> None:
+    """Pause the deployments ``serve`` made, in order (Prefect then deletes the runs their schedules
+    made that have not started), and delete the schedule-made runs a pause leaves: those waiting
+    for the deployment's concurrency slot. Nothing is left scheduled once serve has stopped; runs a
+    trigger started stay, for the next serve."""
     from prefect.client.schemas.filters import (
         DeploymentFilter,
         DeploymentFilterId,
@@ -196,18 +199,17 @@ def unschedule(deployment_ids: Sequence[UUID]) -> None:
     )
     from prefect.client.schemas.objects import StateType
 
-    with get_client(sync_client=True) as client:
-        for deployment_id in deployment_ids:
-            client.pause_deployment(deployment_id)
-        waiting = client.read_flow_runs(
-            deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=list(deployment_ids))),
-            flow_run_filter=FlowRunFilter(
-                state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.SCHEDULED]))
-            ),
-        )
-        for flow_run in waiting:
-            if flow_run.auto_scheduled:
-                client.delete_flow_run(flow_run.id)
+    for deployment_id in deployment_ids:
+        client.request("POST", "/deployments/{id}/pause_deployment", path_params={"id": deployment_id})
+    waiting = client.read_flow_runs(
+        deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=list(deployment_ids))),
+        flow_run_filter=FlowRunFilter(
+            state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.SCHEDULED]))
+        ),
+    )
+    for flow_run in waiting:
+        if flow_run.auto_scheduled:
+            client.delete_flow_run(flow_run.id)
 
 
 def run_notify(parser: argparse.ArgumentParser, args: argparse.Namespace, extras: Sequence[str]) -> int:
