@@ -143,7 +143,9 @@ def test_notify_and_the_evaluation_flow_start_post_and_the_sweep_finds_a_stale_r
         while "Serving" not in log.read_text():
             assert serve.poll() is None and time.monotonic() < deadline, log.read_text()
             time.sleep(0.2)
-        assert log.read_text().startswith("Serving eval post deployments against http://127.0.0.1:")
+        # (after the line saying the local server starts, when this is its first start)
+        serving = [line for line in log.read_text().splitlines() if "Serving" in line]
+        assert serving[0].startswith("Serving eval post deployments against http://127.0.0.1:"), serving
         notify = subprocess.run(
             [sys.executable, "-m", "gymflow.cli", "notify", str(notified)],
             env=env,
