@@ -289,14 +289,13 @@ def written_beside(record: Mapping[str, Any], record_url: str) -> str | None:
 
 
 def located(entry: Mapping[str, Any], record_url: str, origin: str | None) -> str:
-    """Where a listed file is now. A file that was under the record's directory (``origin``) is
-    looked for first at the same relative path beside the record where it is now, so a copied or
-    moved run directory is checked in place; anything else at its recorded URI."""
+    """Where a listed file is checked. A file that was under the record's directory (``origin``)
+    is checked at the same relative path beside the record, wherever the record is now: a copied
+    or moved run directory is checked against its own files only (one missing there is missing,
+    even while the original still has it). Anything else at its recorded URI."""
     uri = str(entry["uri"])
     if origin and uri.startswith(origin):
-        here = storage.join(storage.parent(record_url), uri[len(origin) :])
-        if storage.isfile(here):
-            return here
+        return storage.join(storage.parent(record_url), uri[len(origin) :])
     return uri
 
 

@@ -59,6 +59,31 @@ def test_every_group_alone_prints_its_help(capsys: pytest.CaptureFixture[str]) -
     assert captured.err == ""
 
 
+def test_an_abbreviated_flag_is_refused_not_guessed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gymflow.cli import all_parsers, build_parser
+
+    assert all(not parser.allow_abbrev for parser in all_parsers(build_parser()))
+    assert len(all_parsers(build_parser())) >= 12  # the top level, its groups and every command
+    (tmp_path / "rollouts.jsonl").write_text("")
+    cases = [
+        (["eval", "health-check", str(tmp_path), "--worker", "2"], "unrecognized arguments: --worker"),
+        (["eval", "join", str(tmp_path), "--no-cach"], "unrecognized arguments: --no-cach"),
+        (["eval", "aggregate", "-i", "x", "-o", "y", "--worker", "2"], "unrecognized arguments: --worker 2"),
+        (["eval", "post", str(tmp_path), "--no-cach"], "unrecognized arguments: --no-cach"),
+        (["eval", "reverify", "--input", "m", "-o", "o"], "unrecognized arguments: --input m"),
+        (["serve", "--sweep-int", "5"], "unrecognized arguments: --sweep-int"),
+    ]
+    for argv, message in cases:
+        with pytest.raises(SystemExit) as exited:
+            main([*argv, "--direct"] if argv[0] == "eval" else argv)
+        assert exited.value.code == 2, argv
+        err = capsys.readouterr().err
+        assert err.rstrip("\n").endswith(f"error: {message}"), (argv, err)
+    assert not list(tmp_path.glob("*.json"))
+
+
 def test_top_level_help_is_written_for_users(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
         main(["--help"])

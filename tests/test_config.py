@@ -280,8 +280,8 @@ def test_bad_config_is_one_line_naming_file_and_key(run_dir: Path, tmp_path: Pat
     assert f"error: GYMFLOW_CONFIG {user}: unknown key 'runer'" in line
     user.write_text("storage:\n  optons: {}\n")
     assert _one_error_line(_cli(command, env)).endswith(
-        "error: invalid configuration: storage.optons (Extra inputs are not permitted) in "
-        f"GYMFLOW_CONFIG {user}."
+        f"error: unknown configuration key 'storage.optons' in GYMFLOW_CONFIG {user} (did you mean "
+        "'storage.options'?)"
     )
     user.write_text("prefect:\n  startup_timeout_seconds: soon\n")
     assert _one_error_line(_cli(command, env)).endswith(
@@ -302,7 +302,9 @@ def test_bad_override_on_each_command_is_one_line(run_dir: Path, tmp_path: Path)
     cases = [
         (
             ["eval", "join", str(run_dir), "+bogus=1"],
-            "unknown configuration key 'bogus' in override '+bogus=1'",
+            "unknown configuration key 'bogus' in override '+bogus=1' (known keys: capture_dir, direct, "
+            "json, no_cache, no_capture, no_perf, output, prefect, rollouts_file, runner, storage, summary, "
+            "verbose, workers)",
         ),
         (
             ["eval", "join", str(run_dir), "++workers=many"],
@@ -311,8 +313,8 @@ def test_bad_override_on_each_command_is_one_line(run_dir: Path, tmp_path: Path)
         ),
         (
             ["eval", "aggregate", "-i", "x", "-o", "y", "++pass_majority.score=r"],
-            "invalid configuration: pass_majority.score (Extra inputs are not permitted) in override "
-            "'++pass_majority.score=r'.",
+            "unknown configuration key 'pass_majority.score' in override '++pass_majority.score=r' (did you "
+            "mean 'pass_majority.score_field'?)",
         ),
         (
             ["eval", "reverify", "--config", str(gym), "--inputs", "m", "--rollouts", "r", "-o", "o"],
@@ -323,8 +325,15 @@ def test_bad_override_on_each_command_is_one_line(run_dir: Path, tmp_path: Path)
             "invalid configuration: post.health_check_workers (Input should be greater than or equal to 1) "
             "in override '++post.health_check_workers=0'.",
         ),
-        (["ui", "+colour=blue"], "unknown configuration key 'colour' in override '+colour=blue'"),
-        (["eval", "health-check", str(run_dir), "+foo=1"], "health-check does not accept Hydra overrides"),
+        (
+            ["ui", "+colour=blue"],
+            "unknown configuration key 'colour' in override '+colour=blue' (known keys: prefect, runner, "
+            "stop, storage)",
+        ),
+        (
+            ["eval", "health-check", str(run_dir), "+foo=1"],
+            "health-check does not accept Hydra overrides: +foo=1",
+        ),
         (
             ["eval", "health-check", str(run_dir), "runner=ray"],
             "invalid override 'runner=ray': In 'gymflow': Could not find 'runner/ray' Available options in "
@@ -423,3 +432,135 @@ def test_server_group_sets_the_local_server_port_unless_the_environment_does(
     monkeypatch.setenv("PREFECT_SERVER_API_PORT", "4302")
     prepare_prefect(load_config(["++prefect.port=4301"]), verbose=False)
     assert os.environ["PREFECT_SERVER_API_PORT"] == "4302"
+
+
+# -- strict keys: a typo is refused wherever it was set; Gym server blocks stay free-form ---------
+
+
+def test_a_misspelt_key_is_refused_with_where_it_was_set_and_the_closest_key(
+    run_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cases = [
+        (
+            ["eval", "reverify", "--inputs", "m", "--rollouts", "r", "-o", "o", "++limt=3"],
+            "unknown configuration key 'limt' in override '++limt=3' (did you mean 'limit'?)",
+        ),
+        (
+            ["eval", "aggregate", "-i", "x", "-o", "y", "++merge_shard=false"],
+            "unknown configuration key 'merge_shard' in override '++merge_shard=false' (did you mean "
+            "'merge_shards'?)",
+        ),
+        (
+            ["eval", "post", str(run_dir), "++reverify.enabeld=true"],
+            "unknown configuration key 'reverify.enabeld' in override '++reverify.enabeld=true' (did you "
+            "mean 'reverify.enabled'?)",
+        ),
+        (  # a new block named like one of the command's is a typo too, not a Gym server block
+            ["eval", "post", str(run_dir), "++reverfy.enabled=true"],
+            "unknown configuration key 'reverfy' in override '++reverfy.enabled=true' (did you mean "
+            "'reverify'?)",
+        ),
+        (  # serve's overrides are eval post's: refused when serve starts, not in each run
+            ["serve", "++reverify.enabeld=true"],
+            "unknown configuration key 'reverify.enabeld' in override '++reverify.enabeld=true' (did you "
+            "mean 'reverify.enabled'?)",
+        ),
+        (
+            ["eval", "join", str(run_dir), "++workrs=2"],
+            "unknown configuration key 'workrs' in override '++workrs=2' (did you mean 'workers'?)",
+        ),
+        (
+            ["eval", "aggregate", "-i", "x", "-o", "y", "++storage.optons={}"],
+            "unknown configuration key 'storage.optons' in override '++storage.optons={}' (did you mean "
+            "'storage.options'?)",
+        ),
+        (
+            ["eval", "health-check", str(run_dir), "++workrs=2"],
+            "health-check does not accept Hydra overrides: ++workrs=2 (did you mean 'workers'?)",
+        ),
+        # `KEY=VALUE` of a key nothing holds: refused as such, not "use +KEY=VALUE" (then refused).
+        (
+            ["eval", "health-check", str(run_dir), "foo=1"],
+            "health-check does not accept Hydra overrides: foo=1",
+        ),
+        (
+            ["eval", "reverify", "--inputs", "m", "--rollouts", "r", "-o", "o", "limt=3"],
+            "unknown configuration key 'limt' in override 'limt=3' (did you mean 'limit'?)",
+        ),
+    ]
+    for args, message in cases:
+        assert _message(args) == message, args
+    user = tmp_path / "user.yaml"
+    monkeypatch.setenv(USER_CONFIG_ENV, str(user))
+    reverify = ["eval", "reverify", "--inputs", "m", "--rollouts", "r", "-o", "o"]
+    blocks = [
+        ("aggregate:\n  merge_shard: false\n", ["eval", "aggregate", "-i", "x", "-o", "y"], "merge_shard"),
+        ("post:\n  reverify: {enabeld: true}\n", ["eval", "post", str(run_dir)], "reverify.enabeld"),
+        ("reverify:\n  limt: 3\n", reverify, "limt"),
+        ("serve:\n  sweep_intervall: 5\n", ["serve"], "sweep_intervall"),
+    ]
+    closest = {
+        "merge_shard": "merge_shards",
+        "reverify.enabeld": "reverify.enabled",
+        "limt": "limit",
+        "sweep_intervall": "sweep_interval",
+    }
+    for text, args, key in blocks:
+        user.write_text(text)
+        assert _message(args) == (
+            f"unknown configuration key {key!r} in {USER_CONFIG_ENV} {user} (did you mean {closest[key]!r}?)"
+        ), text
+    # A flag mapped to a key the command lacks is refused as well (a programming error, one line).
+    with pytest.raises(UsageError, match=r"^unknown configuration key 'workerz' from a flag \(did you mean"):
+        compose("join", flags={"workerz": 2})
+
+
+def test_gym_server_blocks_and_the_settings_they_refer_to_stay_free_form(tmp_path: Path) -> None:
+    gym = tmp_path / "gym.yaml"
+    gym.write_text(
+        "policy_model_name: m\n"  # a top-level Gym setting in a Gym file
+        "judge_model:\n  responses_api_models:\n    openai_model:\n      base_url: ${policy_base_url}\n"
+        "mcqa:\n  resources_servers:\n    mcqa: {host: 127.0.0.1, port: 1}\n"
+    )
+    required = ["--config", str(gym), "--inputs", "m", "--rollouts", "r", "-o", "o"]
+    _, config, _, _ = _reverify(
+        [
+            *required,
+            "+policy_base_url=http://judge:1",  # a scalar the config refers to
+            "++policy_model_name=n",
+            "++mcqa.resources_servers.mcqa.grading_mode=lenient_boxed",
+            "++newjudge.resources_servers.x.host=127.0.0.1",  # a block added by overrides alone
+        ]
+    )
+    assert config["judge_model"]["responses_api_models"]["openai_model"]["base_url"] == "http://judge:1"
+    assert config["policy_model_name"] == "n"
+    assert config["mcqa"]["resources_servers"]["mcqa"]["grading_mode"] == "lenient_boxed"
+    assert config["newjudge"] == {"resources_servers": {"x": {"host": "127.0.0.1"}}}
+    # A top-level scalar that nothing refers to cannot configure a server: a typo, or a Gym file's.
+    with pytest.raises(UsageError) as refused:
+        _reverify([*required, "+policy_base_url=http://judge:1", "++dry_run=true"])
+    assert str(refused.value).startswith("unknown configuration key 'dry_run' in override '++dry_run=true'")
+    assert str(refused.value).endswith("; a NeMo Gym setting that no block refers to goes in a --config file")
+
+
+def test_tilde_resets_a_packaged_key_and_deletes_a_key_only_the_user_set(
+    run_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert _health(["~rollouts_file"]).rollouts_file == "rollouts.jsonl"  # packaged, never set
+    user = tmp_path / "user.yaml"
+    user.write_text("health_check:\n  rollouts_file: from-file.jsonl\n")
+    monkeypatch.setenv(USER_CONFIG_ENV, str(user))
+    assert _health([]).rollouts_file == "from-file.jsonl"
+    assert _health(["~rollouts_file"]).rollouts_file == "rollouts.jsonl"
+    assert _health(["~rollouts_file", "--rollouts-file", "flag.jsonl"]).rollouts_file == "flag.jsonl"
+    monkeypatch.delenv(USER_CONFIG_ENV)
+    build = _post(run_dir)
+    assert build(["++post.shards=parts/*.jsonl", "~post.shards"])[0].shards == "shards/*.jsonl"
+    assert build(["~reverify"])[0].reverify is None
+    gym = tmp_path / "gym.yaml"
+    gym.write_text("mcqa:\n  resources_servers:\n    mcqa: {host: 127.0.0.1, port: 1}\n")
+    required = ["--config", str(gym), "--inputs", "m", "--rollouts", "r", "-o", "o"]
+    _, config, _, _ = _reverify([*required, "~mcqa.resources_servers.mcqa.port", "~limit"])
+    assert config["mcqa"]["resources_servers"]["mcqa"] == {"host": "127.0.0.1"}
+    with pytest.raises(UsageError, match=r"^Could not delete from config\. 'nothing' is not in the config"):
+        _health(["~nothing"])

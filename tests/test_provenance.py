@@ -459,6 +459,38 @@ def test_cli_finds_a_record_after_the_directory_moved(
     assert f"changed  {(tmp_path / 'new' / 'rollout_verdicts.jsonl').as_uri()}" in capsys.readouterr().out
 
 
+def test_a_copied_run_is_verified_against_its_own_files_only(
+    tmp_path: Path, cli: types.ModuleType, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import shutil
+
+    from tests.health.builders import record as health_record
+    from tests.health.builders import write_lines
+
+    original = tmp_path / "run"
+    original.mkdir()
+    write_lines(original / "rollouts.jsonl", [health_record(0), health_record(1)])
+    assert cli.main(["eval", "health-check", str(original), "--direct"]) == 0
+    copy = tmp_path / "copy"
+    shutil.copytree(original, copy)
+    (copy / "rollout_verdicts.jsonl").unlink()
+    capsys.readouterr()
+    assert cli.main(["provenance", "verify", str(copy / "quality_summary.json")]) == 1
+    assert sorted(capsys.readouterr().out.splitlines()) == [
+        f"missing  {(copy / 'rollout_verdicts.jsonl').as_uri()}",
+        f"ok  {(copy / 'quality_summary.json').as_uri()}",
+        f"ok  {(copy / 'rollouts.jsonl').as_uri()}",
+    ]
+    # The report named by the deleted file still finds the copy's record, and the same verdict.
+    assert cli.main(["provenance", "verify", str(copy / "rollout_verdicts.jsonl")]) == 1
+    assert f"missing  {(copy / 'rollout_verdicts.jsonl').as_uri()}" in capsys.readouterr().out
+    assert cli.main(["provenance", "verify", str(original / "quality_summary.json")]) == 0
+    assert all(line.startswith(f"ok  {original.as_uri()}/") for line in capsys.readouterr().out.splitlines())
+    # A rerun in the copy is not fooled either: the record's outputs are not all there.
+    record = provenance.record_path(str(copy / "quality_summary.json"))
+    assert not provenance.up_to_date(record, json.loads(Path(record).read_text())["cache_key"])
+
+
 def test_cli_without_a_record_or_with_extras(
     tmp_path: Path, cli: types.ModuleType, capsys: pytest.CaptureFixture[str]
 ) -> None:

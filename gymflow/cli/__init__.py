@@ -42,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(
         prog="gymflow",
+        allow_abbrev=False,
         description=DESCRIPTION,
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -65,7 +66,19 @@ def build_parser() -> argparse.ArgumentParser:
     for group in groups.choices.values():
         for action in _sub_commands(group):
             action.required = False  # a group alone prints its help (see main)
+    for each in all_parsers(parser):
+        # No abbreviations: `--worker 2` or `--no-cach` is an unrecognized argument, not a guess.
+        each.allow_abbrev = False
     return parser
+
+
+def all_parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """``parser`` and every sub-parser below it."""
+    found = [parser]
+    for action in _sub_commands(parser):
+        for child in dict.fromkeys(action.choices.values()):
+            found.extend(all_parsers(child))
+    return found
 
 
 def _sub_commands(

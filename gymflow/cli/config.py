@@ -7,13 +7,22 @@ On top of it, lowest to highest precedence: the file named by ``$GYMFLOW_CONFIG`
 command line. The result is validated once into frozen models (:mod:`gymflow.config`); any error
 is one :class:`~gymflow.errors.UsageError` line naming the key and where it was set (a file, an
 override), never an OmegaConf or Hydra traceback.
+
+Every key of a command's own is strict: a key it lacks, at the top level or inside one of its
+blocks, is refused with the closest known key, wherever it was set. Commands that take NeMo Gym
+``--config`` files keep the Gym config beside their keys, free-form: a top-level block a Gym file
+holds, or one an override adds (``++judge.resources_servers.mcqa.host=...``); see
+:func:`compose` for the rule that tells such a block from a typo.
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
-from collections.abc import Mapping, Sequence
+import re
+import typing
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -21,7 +30,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from gymflow.cli.gym_config import Override, apply_override, leaf_keys, parse_overrides, read_yaml
+from gymflow.cli.gym_config import Override, apply_override, holds, leaf_keys, parse_overrides, read_yaml
 from gymflow.config import SHARED_KEYS, GymflowConfig
 from gymflow.errors import UsageError
 from gymflow.frozen import FrozenDict, freeze
@@ -35,6 +44,7 @@ __all__ = [
     "compose",
     "configure_storage",
     "flags_given",
+    "hint",
     "load_config",
     "prepare_prefect",
     "run_context",
@@ -46,6 +56,10 @@ GROUPS = ("storage", "runner", "result_store", "server")
 COMMANDS = ("health_check", "aggregate", "join", "reverify", "post", "serve", "ui", "notify")
 """The command files; in ``$GYMFLOW_CONFIG`` a block named after one holds keys for it only."""
 FLAG = "flag"
+NEAR_MISS = 0.8
+"""How alike (difflib's ratio) a new top-level block's name and a key of the command's must be
+for the block to be taken as a misspelt key rather than a Gym block (``++reverfy.enabled=true``)."""
+_REFERENCE = re.compile(r"\$\{\s*([A-Za-z_][\w-]*)")
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -80,6 +94,18 @@ class Composed:
         names = {field.alias or name for name, field in model.model_fields.items()}
         return validated(model, {key: self.data[key] for key in self.command_keys if key in names}, self)
 
+    def unknown(self, key: str, known: Iterable[str]) -> str:
+        """The line refusing ``key`` (dotted): where it was set and the closest of ``known``."""
+        return unknown_line(key, self.where(key), known)
+
+    def check_block(self, block: str, known: Collection[str]) -> None:
+        """Refuse a key of the mapping ``block`` that is not in ``known`` (a block whose model
+        takes keys that another command validates, such as post's ``reverify``)."""
+        body = self.data.get(block)
+        for key in body if isinstance(body, Mapping) else ():
+            if key not in known:
+                raise UsageError(self.unknown(f"{block}.{key}", known))
+
     def gym_config(self) -> FrozenDict[str, Any]:
         """The top-level blocks that are neither gymflow's nor the command's: the NeMo Gym config."""
         gym: FrozenDict[str, Any] = FrozenDict(
@@ -94,16 +120,67 @@ class Composed:
         return {"command": self.name, **thaw(self.data)}
 
 
+def unknown_line(key: str, source: str | None, known: Iterable[str]) -> str:
+    """``unknown configuration key 'KEY' in SOURCE (did you mean 'CLOSEST'?)``."""
+    place = " from a flag" if source == FLAG else f" in {source}" if source else ""
+    return f"unknown configuration key {key!r}{place}{hint(key, known)}"
+
+
+def hint(key: str, known: Iterable[str]) -> str:
+    """`` (did you mean 'KEY'?)`` with the closest of ``known`` (difflib), else the known keys."""
+    parent, dot, leaf = key.rpartition(".")
+    names = sorted({str(name) for name in known})
+    match = difflib.get_close_matches(leaf, names, n=1)
+    if match:
+        return f" (did you mean {parent + dot + match[0]!r}?)"
+    return f" (known keys: {', '.join(names)})" if names else ""
+
+
 def validated(model: type[M], values: Any, composed: Composed) -> M:
     try:
         return model.model_validate(values)
     except ValidationError as exc:
-        raise UsageError(describe(exc, composed)) from None
+        raise UsageError(describe(exc, composed, model)) from None
 
 
-def describe(exc: ValidationError, composed: Composed) -> str:
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    """The model a field holds (``Model`` or ``Model | None``), else None."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation):
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _fields_at(model: type[BaseModel], path: Sequence[Any]) -> list[str]:
+    """The keys (fields, or their aliases) of the block at ``path`` inside ``model``."""
+    current: type[BaseModel] | None = model
+    for part in path:
+        assert current is not None
+        fields = {field.alias or name: field for name, field in current.model_fields.items()}
+        field = fields.get(str(part))
+        current = _model_in(field.annotation) if field is not None else None
+        if current is None:
+            return []
+    assert current is not None
+    return [field.alias or name for name, field in current.model_fields.items()]
+
+
+def describe(exc: ValidationError, composed: Composed, model: type[BaseModel] | None = None) -> str:
     """``invalid configuration: KEY (MESSAGE) in SOURCE; ....``: the reference's wording, plus
-    where each bad key was set unless it came from a flag."""
+    where each bad key was set unless it came from a flag. Keys ``model`` lacks are named as
+    :meth:`Composed.unknown` names them instead, with the closest key of their block."""
+    unknown = [error for error in exc.errors() if error["type"] == "extra_forbidden"]
+    if unknown:
+        return "; ".join(
+            composed.unknown(
+                ".".join(str(part) for part in error["loc"]),
+                _fields_at(model, error["loc"][:-1]) if model is not None else (),
+            )
+            for error in unknown
+        )
     problems = []
     for error in exc.errors():
         key = ".".join(str(part) for part in error["loc"])
@@ -148,9 +225,11 @@ def _user_file(name: str) -> tuple[Any, str] | None:
     loaded = read_yaml(user_file, label)
     for key in loaded:
         if key not in SHARED_KEYS and key not in COMMANDS:
+            close = difflib.get_close_matches(str(key), [*SHARED_KEYS, *COMMANDS], n=1)
             raise UsageError(
-                f"{label}: unknown key {str(key)!r} (expected {', '.join(SHARED_KEYS)}, or a command "
-                f"block: {', '.join(COMMANDS)})"
+                f"{label}: unknown key {str(key)!r}"
+                + (f" (did you mean {close[0]!r}?)" if close else "")
+                + f" (expected {', '.join(SHARED_KEYS)}, or a command block: {', '.join(COMMANDS)})"
             )
     block = loaded.get(name) if name in COMMANDS else None
     if block is not None and not OmegaConf.is_dict(block):
@@ -160,11 +239,14 @@ def _user_file(name: str) -> tuple[Any, str] | None:
 
 
 def _config_paths(flags: Mapping[str, Any], overrides: Sequence[Override], user: Any) -> list[str]:
-    """The Gym files to merge: ``--config`` flags, else a ``config_paths`` override, else the user's."""
+    """The Gym files to merge: ``--config`` flags, else a ``config_paths`` override (``~config_paths``:
+    none), else the user's."""
     if flags.get("config_paths"):
         return [str(path) for path in flags["config_paths"]]
     for override in reversed(overrides):
-        if override.key == "config_paths" and override.kind != "delete":
+        if override.key == "config_paths":
+            if override.kind == "delete":
+                return []
             value = override.value
             return [str(value)] if isinstance(value, str) else [str(path) for path in value or []]
     value = user.get("config_paths") if user is not None else None
@@ -182,8 +264,13 @@ def compose(
     """Compose ``config/<name>.yaml`` with ``$GYMFLOW_CONFIG``, the Gym ``--config`` files (when
     ``gym_files``: their blocks are then kept as the Gym config), ``overrides`` and ``flags``.
 
-    Without ``gym_files`` a top-level key the command lacks is an error (``unknown_key_message``
-    replaces its text when the key came from an override: health-check keeps 0.7.0's).
+    A top-level key the command's files lack is refused, except, with ``gym_files``, the Gym
+    config: a key some Gym file holds, or one an override adds whose value is a mapping (a server
+    block) not named like a key of the command's (:data:`NEAR_MISS`), or a scalar that the config
+    refers to (``${policy_base_url}``). A top-level scalar nothing reads cannot configure a Gym
+    server, and a ``$GYMFLOW_CONFIG`` command block and the flags hold the command's keys only, so
+    those are typos. ``unknown_key_message`` prefixes the refusal of a key an override set
+    (health-check keeps 0.7.0's ``does not accept Hydra overrides``).
     """
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
@@ -193,36 +280,69 @@ def compose(
     choices = [o for o in parsed if o.kind == "set" and o.key in GROUPS]
     values = [o for o in parsed if o not in choices]
     base = _compose_packaged(name, choices)
+    packaged = OmegaConf.create(base)
+    own = sorted(set(base))
     sources: dict[str, str] = {}
+    for key in flags:
+        if key.split(".")[0] not in base:  # a flag mapped to a key the command's file lacks
+            raise UsageError(unknown_line(key, FLAG, own))
 
     user: Any = OmegaConf.create({})
     found = _user_file(name)
     if found is not None:
         user, label = found
         sources.update(dict.fromkeys(leaf_keys(OmegaConf.to_container(user)), label))
+    gym_keys: set[str] = set()  # top-level keys of the Gym files
     if gym_files:
         paths = _config_paths(flags, values, user)
         if "config_paths" not in flags:
             OmegaConf.update(user, "config_paths", paths, force_add=True)
         for path in paths:
             loaded = read_yaml(path, f"config {path}")
+            gym_keys.update(str(key) for key in loaded)
             sources.update(dict.fromkeys(leaf_keys(OmegaConf.to_container(loaded)), f"config {path}"))
             user = OmegaConf.merge(user, loaded)
 
     def known(key: str) -> bool:  # the command's own keys and blocks (and the shared ones)
         return key.split(".")[0] in base
 
+    def in_packaged(key: str) -> bool:
+        return holds(packaged, key)
+
+    added: dict[str, Override] = {}  # top-level key -> the last override that set it
+
+    def refuse(key: str, source: str | None) -> UsageError:
+        """The line refusing the top-level ``key`` (its override's own with ``unknown_key_message``)."""
+        override = added.get(key)
+        close = difflib.get_close_matches(key, own, n=1)
+        if unknown_key_message and override is not None:
+            suggestion = f" (did you mean {close[0]!r}?)" if close else ""
+            return UsageError(f"{unknown_key_message}: {override.text}{suggestion}")
+        line = unknown_line(key, source, own)
+        if gym_files and override is not None and not close:
+            line += "; a NeMo Gym setting that no block refers to goes in a --config file"
+        return UsageError(line)
+
     for override in values:
         if override.key == "config_paths" and gym_files:
             continue  # already used to pick the files above
-        apply_override(user, override, known=known)
+        top = override.key.split(".")[0]
+        if override.kind != "delete":
+            added[top] = override
+        if override.kind == "set" and not known(top) and not holds(user, override.key):
+            # `KEY=VALUE` of a key nothing holds: Hydra would say to add it with `+`, but a key
+            # the command lacks (a Gym command: one named like one of its keys) is refused then.
+            if not gym_files or difflib.get_close_matches(top, own, n=1):
+                raise refuse(top, override.source)
+        apply_override(user, override, known=known, packaged=in_packaged)
         if override.kind != "delete":
             sources.update(dict.fromkeys(leaf_keys({override.key: override.value}), override.source))
     try:
-        merged = OmegaConf.merge(OmegaConf.create(base), user)
+        merged = OmegaConf.merge(packaged, user)
         for key, value in flags.items():
             OmegaConf.update(merged, key, value, merge=False, force_add=True)
             sources[key] = FLAG
+        referred = _references(OmegaConf.to_container(merged, resolve=False))
         resolved = OmegaConf.to_container(merged, resolve=True)
     except OmegaConfBaseException as exc:
         failed = getattr(exc, "full_key", None)
@@ -233,18 +353,33 @@ def compose(
     assert isinstance(resolved, dict)
     data: FrozenDict[str, Any] = freeze({str(key): value for key, value in resolved.items()})
     command_keys = frozenset(base) - set(SHARED_KEYS)
-    if not gym_files:
-        for key in data:
-            if key not in base:
-                source = sources.get(key) or next(
-                    (s for k, s in sources.items() if k.startswith(key + ".")), "the configuration"
-                )
-                if unknown_key_message and source.startswith("override "):
-                    raise UsageError(unknown_key_message)
-                raise UsageError(f"unknown configuration key {key!r} in {source}")
     composed = Composed(name, data, sources, command_keys, GymflowConfig())
+
+    def gym_block(key: str, value: Any) -> bool:
+        if key in gym_keys:
+            return True
+        if key not in added:  # from the $GYMFLOW_CONFIG command block
+            return False
+        if isinstance(value, Mapping):
+            return not difflib.get_close_matches(key, own, n=1, cutoff=NEAR_MISS)
+        return key in referred
+
+    for key, value in data.items():
+        if key not in base and not (gym_files and gym_block(key, value)):
+            raise refuse(key, composed.where(key))
     settings = validated(GymflowConfig, {key: data[key] for key in SHARED_KEYS if key in data}, composed)
     return replace(composed, settings=settings)
+
+
+def _references(value: Any) -> set[str]:
+    """The top-level keys that the interpolations (``${key}``, ``${key.sub}``) in ``value`` name."""
+    if isinstance(value, str):
+        return set(_REFERENCE.findall(value))
+    items = value.values() if isinstance(value, Mapping) else value if isinstance(value, list) else ()
+    found: set[str] = set()
+    for item in items:
+        found |= _references(item)
+    return found
 
 
 def load_config(overrides: Sequence[str] = ()) -> GymflowConfig:

@@ -1,6 +1,7 @@
 """The pieces of configuration a user writes: YAML files (``$GYMFLOW_CONFIG`` and NeMo Gym
 ``--config`` files, local or any fsspec URL) and Hydra-style overrides (``++a.b=c`` add or override,
-``+a.b=c`` add, ``a.b=c`` override an existing key, ``~a.b`` delete), parsed with Hydra's override
+``+a.b=c`` add, ``a.b=c`` override an existing key, ``~a.b`` back to its packaged default, or
+deleted when only the user's files hold it), parsed with Hydra's override
 grammar. :mod:`gymflow.cli.config` composes them with the packaged files; the core never sees
 OmegaConf objects."""
 
@@ -13,7 +14,15 @@ from typing import Any
 from gymflow import storage
 from gymflow.errors import InputError, UsageError
 
-__all__ = ["Override", "apply_override", "leaf_keys", "parse_overrides", "read_yaml", "split_overrides"]
+__all__ = [
+    "Override",
+    "apply_override",
+    "holds",
+    "leaf_keys",
+    "parse_overrides",
+    "read_yaml",
+    "split_overrides",
+]
 
 _ABSENT = object()
 
@@ -92,31 +101,38 @@ def parse_overrides(texts: Sequence[str]) -> list[Override]:
     return out
 
 
-def _present(config: Any, key: str) -> bool:
+def holds(config: Any, key: str) -> bool:
+    """Whether the OmegaConf node ``config`` has the dotted ``key`` (a null value counts)."""
     from omegaconf import OmegaConf
 
     return OmegaConf.select(config, key, default=_ABSENT, throw_on_missing=False) is not _ABSENT
 
 
-def apply_override(user: Any, override: Override, *, known: Callable[[str], bool]) -> None:
+def apply_override(
+    user: Any, override: Override, *, known: Callable[[str], bool], packaged: Callable[[str], bool]
+) -> None:
     """Apply ``override`` to ``user`` (the layer of what the user wrote, an OmegaConf node).
 
-    ``known(key)``: whether the packaged files hold the key, so that ``key=value`` may set it and
-    ``+key=value`` still may too (0.7.0 accepts ``+input_glob=...``, a key its files lack); ``+``
-    refuses only a key the user's own files already hold.
+    ``known(key)``: whether the packaged files hold the key's top-level block, so that
+    ``key=value`` may set it and ``+key=value`` still may too (0.7.0 accepts ``+input_glob=...``,
+    a key its files lack); ``+`` refuses only a key the user's own files already hold.
+    ``packaged(key)``: whether the packaged files hold exactly that key. ``~key`` removes the key
+    from the user's layer, so a packaged key is back to its default (and one only the user's
+    files hold is gone); a key neither holds is an error.
     """
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
     key, text = override.key, override.text
-    present = _present(user, key)
+    present = holds(user, key)
     try:
         if override.kind == "delete":
-            if not present:
+            if present:
+                parent, _, leaf = key.rpartition(".")
+                node = OmegaConf.select(user, parent) if parent else user
+                del node[leaf]
+            elif not packaged(key):
                 raise UsageError(f"Could not delete from config. {key!r} is not in the config.")
-            parent, _, leaf = key.rpartition(".")
-            node = OmegaConf.select(user, parent) if parent else user
-            del node[leaf]
             return
         if override.kind == "add" and present:
             raise UsageError(

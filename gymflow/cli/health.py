@@ -22,7 +22,8 @@ if TYPE_CHECKING:  # the health package is imported by the command that runs it,
     from gymflow.run_context import RunContext
 
 NO_OVERRIDES = "health-check does not accept Hydra overrides"
-"""0.7.0's message for an extra positional or an override of a key health-check does not have."""
+"""0.7.0's message for an extra positional or an override of a key health-check does not have;
+gymflow follows it with ``: `` and what it refused (the positionals, or the override)."""
 
 # flag destination -> key of config/health_check.yaml
 _FLAGS = {
@@ -88,8 +89,9 @@ def _overrides(parser: argparse.ArgumentParser, extras: Sequence[str]) -> list[s
     flags = [item for item in extras if item.startswith("-")]
     if flags:
         parser.error(f"unrecognized arguments: {' '.join(flags)}")
-    if any("=" not in item and not item.startswith("~") for item in extras):
-        parser.error(NO_OVERRIDES)
+    positionals = [item for item in extras if "=" not in item and not item.startswith("~")]
+    if positionals:
+        parser.error(f"{NO_OVERRIDES}: {' '.join(positionals)}")
     return list(extras)
 
 

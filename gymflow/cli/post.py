@@ -55,7 +55,26 @@ def compose_post(flags: Mapping[str, Any], overrides: Sequence[str]) -> tuple[Co
     from gymflow.cli.gym_config import split_overrides
 
     composed = compose("post", flags=flags, overrides=split_overrides(overrides), gym_files=True)
-    return composed, composed.validate(PostConfig)
+    config = composed.validate(PostConfig)
+    composed.check_block("reverify", reverify_block_keys())
+    return composed, config
+
+
+POST_SETS = (
+    "materialized_inputs_jsonl_fpath",
+    "rollouts_jsonl_fpath",
+    "output_jsonl_fpath",
+    "resume_from_cache",
+)
+"""Keys of eval reverify that post sets itself (from ``post.rollouts``, ``reverify.inputs`` and
+``reverify.output``; it always resumes), so its ``reverify`` block does not take them."""
+
+
+def reverify_block_keys() -> frozenset[str]:
+    """The keys post's ``reverify`` block takes: its own and eval reverify's, but for :data:`POST_SETS`."""
+    from gymflow.reverify import CONFIG_KEYS
+
+    return frozenset(ReverifySection.model_fields) | (frozenset(CONFIG_KEYS) - set(POST_SETS))
 
 
 def compose_options(

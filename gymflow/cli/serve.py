@@ -7,20 +7,37 @@ starts when a ``gymflow.eval.completed`` event arrives (its resource id is the r
 the ``run`` parameter), and, with ``--evaluation-flow NAME``, when a flow run of that flow
 completes (its ``--run-parameter`` names the run). ``notify RUN`` emits the event, for shell
 scripts and schedulers that finish an evaluation.
+
+Its deployments are named ``*-serve`` (``post-run/post-serve``, ``post-sweep/sweep-serve``,
+``gymflow-command/command-serve``), apart from those ``deployments/prefect.yaml`` declares for a
+work pool, so neither replaces the other. When serve stops (Ctrl-C, SIGTERM or an error) it
+pauses them, which removes the sweep's schedule and the runs it had scheduled.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
 from collections.abc import Sequence
 from datetime import timedelta
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
+from uuid import UUID
 
-from gymflow import storage
+from gymflow import lifeline, storage
 from gymflow.config import GymflowConfig, ServeConfig
 from gymflow.errors import GymflowError, UsageError
+
+if TYPE_CHECKING:  # Prefect is imported when serve runs, not by the parser
+    from prefect.client.orchestration import SyncPrefectClient
+
+POST = "post-serve"
+"""serve's deployment of ``post-run`` (prefect.yaml's is ``post``)."""
+SWEEP = "sweep-serve"
+"""serve's deployment of ``post-sweep`` (prefect.yaml's is ``sweep``)."""
+COMMAND = "command-serve"
+"""serve's deployment of ``gymflow-command`` (prefect.yaml declares one per command)."""
 
 # flag destination -> key of config/serve.yaml
 _FLAGS = {
@@ -104,14 +121,14 @@ def deployments(config: ServeConfig, extras: Sequence[str]) -> list[Any]:
             )
         )
     out = [
-        post_run.to_deployment(name="post", triggers=triggers, parameters=common, concurrency_limit=1),
+        post_run.to_deployment(name=POST, triggers=triggers, parameters=common, concurrency_limit=1),
         # Any command on demand, e.g. judge recovery: argv = [eval, reverify, --judge-failed-only, ...]
-        gymflow_command.to_deployment(name="command", parameters={"argv": ["--help"]}),
+        gymflow_command.to_deployment(name=COMMAND, parameters={"argv": ["--help"]}),
     ]
     if config.sweep:
         out.append(
             post_sweep.to_deployment(
-                name="sweep",
+                name=SWEEP,
                 interval=timedelta(seconds=config.sweep_interval),
                 concurrency_limit=1,  # a sweep still running when the next is due: the next waits
                 parameters={"prefix": config.sweep, **common},
@@ -126,26 +143,73 @@ def run_serve(parser: argparse.ArgumentParser, args: argparse.Namespace, extras:
         parser.error(f"unrecognized arguments: {' '.join(flags)}")
     try:
         settings, config = serve_config(args)
+        # The overrides are eval post's: a typo in them is refused now, not in every run it starts.
+        from gymflow.cli.post import compose_post
+
+        compose_post({"config_paths": list(config.config_paths)} if config.config_paths else {}, extras)
     except UsageError as exc:
         parser.error(str(exc))
     except GymflowError as exc:
         print(f"Error: {exc}", file=sys.stderr)
         return 1
     _prepare(settings, config.verbose)
-    from prefect import serve
+    from prefect import get_client
+    from prefect.runner import Runner
 
     from gymflow.flows._runtime import prefect_api
 
     try:
-        with prefect_api() as url:
-            print(
-                f"Serving eval post deployments against {url.removesuffix('/api')} (Ctrl-C stops)", flush=True
-            )
-            serve(*deployments(config, extras), print_starting_message=False)
+        with prefect_api() as url, get_client(sync_client=True) as client:
+            runner = Runner()
+            # Called outside an event loop, add_deployment registers at once and returns the id.
+            served = {cast(UUID, runner.add_deployment(d)): d for d in deployments(config, extras)}
+            # The scheduled one first: Ctrl-C and SIGTERM end this process at once
+            # (gymflow.cli.interrupt), and its cleanups have about a second.
+            ids = sorted(served, key=lambda deployment_id: not served[deployment_id].schedules)
+            remove = lifeline.add_cleanup(partial(unschedule, client, ids))
+            try:
+                print(
+                    f"Serving eval post deployments against {url.removesuffix('/api')} (Ctrl-C stops)",
+                    flush=True,
+                )
+                asyncio.run(runner.start())
+            finally:
+                remove()
+                try:
+                    unschedule(client, ids)
+                except Exception as exc:  # noqa: BLE001 - the API went away: one line, not a traceback
+                    print(f"Warning: the served deployments could not be paused: {exc}", file=sys.stderr)
     except GymflowError as exc:
         print(f"Error: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def unschedule(client: SyncPrefectClient, deployment_ids: Sequence[UUID]) -> None:
+    """Pause the deployments ``serve`` made, in order (Prefect then deletes the runs their schedules
+    made that have not started), and delete the schedule-made runs a pause leaves: those waiting
+    for the deployment's concurrency slot. Nothing is left scheduled once serve has stopped; runs a
+    trigger started stay, for the next serve."""
+    from prefect.client.schemas.filters import (
+        DeploymentFilter,
+        DeploymentFilterId,
+        FlowRunFilter,
+        FlowRunFilterState,
+        FlowRunFilterStateType,
+    )
+    from prefect.client.schemas.objects import StateType
+
+    for deployment_id in deployment_ids:
+        client.request("POST", "/deployments/{id}/pause_deployment", path_params={"id": deployment_id})
+    waiting = client.read_flow_runs(
+        deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=list(deployment_ids))),
+        flow_run_filter=FlowRunFilter(
+            state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.SCHEDULED]))
+        ),
+    )
+    for flow_run in waiting:
+        if flow_run.auto_scheduled:
+            client.delete_flow_run(flow_run.id)
 
 
 def run_notify(parser: argparse.ArgumentParser, args: argparse.Namespace, extras: Sequence[str]) -> int:

@@ -62,8 +62,9 @@ def test_h75_cli_errors(
             "argument --ignore-checks/--ignore: "
             "check IDs must be a comma-separated list without empty entries",
         ),
-        (["runs/cli", "+foo=1"], "health-check does not accept Hydra overrides"),
-        (["runs/cli", "extra"], "health-check does not accept Hydra overrides"),
+        # 0.7.0's line, followed by what it refused.
+        (["runs/cli", "+foo=1"], "health-check does not accept Hydra overrides: +foo=1"),
+        (["runs/cli", "extra"], "health-check does not accept Hydra overrides: extra"),
         (["runs/cli", "--frobnicate"], "unrecognized arguments: --frobnicate"),
         (["runs/cli", "--workers", "x"], "argument --workers: invalid int value: 'x'"),
         (
