@@ -21,7 +21,9 @@ from gymflow.cli import build_parser, main
 from gymflow.cli import post as post_cli
 from gymflow.cli import reverify as reverify_cli
 from gymflow.cli import serve as serve_cli
-from gymflow.cli.config import USER_CONFIG_ENV, compose, flags_given, load_config
+from gymflow.cli.setup import flags_given
+from gymflow.conf import options as options_module
+from gymflow.conf.compose import USER_CONFIG_ENV, compose, load_config
 from gymflow.config import HealthCheckConfig, JoinConfig, UiConfig
 from gymflow.errors import UsageError
 from gymflow.frozen import FrozenDict
@@ -73,8 +75,8 @@ def _reverify(argv: Sequence[str]) -> Any:
 def _post(run: Path) -> Callable[[Sequence[str]], Any]:
     def build(argv: Sequence[str]) -> Any:
         args, extras = _parse(["eval", "post", str(run), *argv])
-        composed, config = post_cli.compose_post(flags_given(args, post_cli._FLAGS), extras)
-        return post_cli.post_options(str(run), composed, config), config.direct, config.verbose
+        composed, config = options_module.compose_post(flags_given(args, post_cli._FLAGS), extras)
+        return options_module.post_options(str(run), composed, config), config.direct, config.verbose
 
     return build
 
@@ -422,7 +424,7 @@ def test_aggregate_record_redacts_a_gym_config_secret(tmp_path: Path) -> None:
 def test_server_group_sets_the_local_server_port_unless_the_environment_does(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from gymflow.cli.config import prepare_prefect
+    from gymflow.cli.setup import prepare_prefect
 
     monkeypatch.delenv("PREFECT_SERVER_API_PORT", raising=False)
     for name in ("PREFECT_LOGGING_LEVEL", "DO_NOT_TRACK", "PREFECT_SERVER_ANALYTICS_ENABLED"):
