@@ -132,9 +132,12 @@ def _run(
         if progress is not None:
             progress(job.end - job.start)
 
+    sources = [settings.rollouts, *([settings.capture_dir] if settings.capture_dir else [])]
     try:
-        executor.map(JOIN_RANGE, jobs, done=done)
-        sources = [settings.rollouts, *([settings.capture_dir] if settings.capture_dir else [])]
+        # One range is joined straight into the output: that step writes it.
+        executor.map(
+            JOIN_RANGE.writing([settings.output], sources) if single else JOIN_RANGE, jobs, done=done
+        )
         if single:
             output = provenance.digest(located.output)
         else:
