@@ -167,22 +167,23 @@ def test_a_failing_run_emits_fail_with_its_error(tmp_path: Path, receiver: Recei
 
 
 def test_the_config_block_selects_the_librarys_file_transport(tmp_path: Path) -> None:
-    run = tmp_path / "run"
-    shutil.copytree(EXAMPLES / "run", run)
+    """``eval join`` this time, its events written by the library's file transport."""
+    run = tmp_path / "raw"
+    shutil.copytree(EXAMPLES / "raw_run", run)
     events = tmp_path / "events.jsonl"
     config = tmp_path / "gymflow.yaml"
     transport = {"type": "file", "log_file_path": str(events), "append": True}
     block = {"transport": transport, "namespace": "audit", "timeout_s": 30}
     config.write_text(json.dumps({"openlineage": block}))
-    done = _gymflow(["eval", "health-check", str(run), "--direct"], tmp_path, GYMFLOW_CONFIG=str(config))
+    done = _gymflow(["eval", "join", str(run), "--direct"], tmp_path, GYMFLOW_CONFIG=str(config))
     assert done.returncode == 0, done.stderr
     written = [json.loads(line) for line in events.read_text().splitlines()]
-    assert [(e["eventType"], e["job"]["namespace"]) for e in written] == [
-        ("START", "audit"),
-        ("COMPLETE", "audit"),
-    ]
-    record = _record(run / "quality_summary.provenance.json")
+    states = [(e["eventType"], e["job"]["namespace"], e["job"]["name"]) for e in written]
+    assert states == [("START", "audit", "gymflow.eval_join"), ("COMPLETE", "audit", "gymflow.eval_join")]
+    record = _record(run / "rollouts_joined.provenance.json")
+    assert _datasets(written[1]["inputs"]) == _expected(record["inputs"])
     assert _datasets(written[1]["outputs"]) == _expected(record["outputs"])
+    assert len(record["inputs"]) > 1  # the rollouts and every capture file
 
 
 def test_an_endpoint_that_never_answers_costs_one_warning_and_the_timeout(tmp_path: Path) -> None:

@@ -127,3 +127,31 @@ def test_the_cache_key_does_not_depend_on_the_code_identity(monkeypatch: pytest.
     provenance.code_identity.cache_clear()
     assert "files_sha256" in provenance.code_versions()
     assert provenance.cache_key("eval health-check", {"ignored_checks": []}, [("rollouts", "0" * 64)]) == key
+
+
+def test_an_observer_sees_records_written_and_found_current_and_never_fails_a_write(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    output = tmp_path / "out.json"
+    output.write_text("{}")
+    digest = provenance.digest(str(output))
+    record = {**_record(), "cache_key": "sha256:k", "outputs": [digest.to_json()]}
+    url = str(tmp_path / "out.provenance.json")
+    outer: list[str] = []
+    inner: list[tuple[str, Any]] = []
+    with provenance.observing(lambda u, r: outer.append(u)):
+        with provenance.observing(lambda u, r: inner.append((u, r["cache_key"]))):
+            provenance.write_record(url, record)
+            assert provenance.up_to_date(url, "sha256:k")
+            assert not provenance.up_to_date(url, "sha256:other")
+        assert inner == [(url, "sha256:k"), (url, "sha256:k")] and outer == []
+
+        def broken(u: str, r: Any) -> None:
+            raise RuntimeError("observer down")
+
+        with provenance.observing(broken):
+            provenance.write_record(url, record)
+    assert provenance.read_record(url) == record
+    assert "observer down" in caplog.text
+    provenance.write_record(url, record)  # outside every block: nobody is told
+    assert len(inner) == 2 and outer == []
