@@ -384,7 +384,10 @@ def run_context(composed: Composed) -> RunContext:
 
     settings = composed.settings
     return RunContext(
-        storage_options=storage_options(settings), config=composed.record(), runner=settings.runner
+        storage_options=storage_options(settings),
+        config=composed.record(),
+        runner=settings.runner,
+        lineage=settings.openlineage,
     )
 
 

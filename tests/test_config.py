@@ -305,8 +305,8 @@ def test_bad_override_on_each_command_is_one_line(run_dir: Path, tmp_path: Path)
         (
             ["eval", "join", str(run_dir), "+bogus=1"],
             "unknown configuration key 'bogus' in override '+bogus=1' (known keys: capture_dir, direct, "
-            "json, no_cache, no_capture, no_perf, output, prefect, rollouts_file, runner, storage, summary, "
-            "verbose, workers)",
+            "json, no_cache, no_capture, no_perf, openlineage, output, prefect, rollouts_file, runner, "
+            "storage, summary, verbose, workers)",
         ),
         (
             ["eval", "join", str(run_dir), "++workers=many"],
@@ -329,8 +329,8 @@ def test_bad_override_on_each_command_is_one_line(run_dir: Path, tmp_path: Path)
         ),
         (
             ["ui", "+colour=blue"],
-            "unknown configuration key 'colour' in override '+colour=blue' (known keys: prefect, runner, "
-            "stop, storage)",
+            "unknown configuration key 'colour' in override '+colour=blue' (known keys: openlineage, "
+            "prefect, runner, stop, storage)",
         ),
         (
             ["eval", "health-check", str(run_dir), "+foo=1"],

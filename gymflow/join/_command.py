@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Final
 
-from gymflow import provenance, storage
+from gymflow import lineage, provenance, storage
 from gymflow.errors import InputError
 from gymflow.executor import Executor, LocalExecutor, Step
 from gymflow.join._file_join import (
@@ -87,7 +87,7 @@ def run_join(
     process and ``workers`` processes for files of at least ``parallel_min_bytes``). The output
     bytes depend on neither."""
     ctx = ctx or RunContext()
-    with ctx.active():
+    with lineage.run(COMMAND, ctx), ctx.active():
         started_at = provenance.timestamp(datetime.now(UTC))
         if not storage.isfile(settings.rollouts):
             raise InputError(f"{settings.rollouts}: rollouts file not found")
