@@ -12,6 +12,8 @@ import errno
 import os
 import shutil
 import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -187,6 +189,51 @@ def test_an_output_location_that_cannot_be_written_is_one_line(
         assert expected in line, line
         if kind == "full":
             assert REASONS["full"] in line, line
+
+
+@pytest.fixture(scope="module")
+def local_prefect_server() -> None:
+    """The session's local Prefect server, started in a process of its own before the default-mode
+    runs (a first start prints its own line on stderr)."""
+    ui = [sys.executable, "-m", "gymflow.cli", "ui"]
+    assert subprocess.run(ui, capture_output=True, text=True, timeout=180, check=False).returncode == 0
+
+
+@pytest.mark.parametrize("kind", ["read-only", "directory"])
+@pytest.mark.parametrize("command", COMMANDS)
+def test_the_same_one_line_in_the_default_mode(
+    command: str,
+    kind: str,
+    tmp_path: Path,
+    resources_server: ServerProcess,
+    local_prefect_server: None,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Orchestrated (Prefect) runs fail with the same one line as ``--direct``, at once (a path
+    that cannot be written is not retried)."""
+    src = tmp_path / "src"
+    write_rows(src / "rollouts.jsonl", health_rows(20, padding=100))
+    materialized, rollouts = mcqa_rows(5, 2)
+    write_rows(src / "inputs.jsonl", materialized)
+    write_rows(src / "mcqa.jsonl", rollouts)
+    gym = write_gym_config(tmp_path / "gym.yaml", {"mcqa": resources_server})
+    place = Place(tmp_path / "places", kind, src / "rollouts.jsonl")
+    try:
+        capsys.readouterr()
+        began = time.monotonic()
+        try:
+            fresh = [] if command == "reverify" else ["--no-cache"]
+            code = main([*_args(command, place, src, gym), *fresh])
+        except SystemExit as exc:
+            code = int(exc.code or 0)
+        seconds = time.monotonic() - began
+        line = _one_line(capsys.readouterr().err)
+    finally:
+        place.close()
+    assert code != 0, line
+    expected = _expected(command, place)
+    assert expected is not None and expected in line, line
+    assert seconds < 30, seconds  # no retry delays (1 + 4 + 10 s) for a deterministic failure
 
 
 @pytest.mark.parametrize("flag", ["--overwrite", "--resume"])
