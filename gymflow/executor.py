@@ -42,6 +42,9 @@ class Step(Generic[T, R]):
     an executor with a result store reuses the result stored under the same key."""
     refresh: bool = False
     """Compute again even when a result is stored under the key, and store the new one."""
+    tracked: bool = True
+    """Worth showing in the orchestrator (one task run per item). An internal step of another
+    (sorting a reduce's runs) is not: an executor may run it without that bookkeeping."""
     lineage: tuple[tuple[str, ...], tuple[str, ...]] | None = None
     """(outputs, inputs) URIs of a step that writes reports: the orchestrator records the outputs
     as derived from the inputs."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 import errno
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from functools import partial
 from typing import Any, TypeVar
 
 from prefect import Task, task
@@ -123,6 +124,16 @@ class PrefectExecutor:
         return made
 
     def map(self, step: Step[T, R], items: Sequence[T], *, done: Done[T, R] | None = None) -> list[R]:
+        if not step.tracked:  # no task runs: straight to the pool (or here)
+            run: Callable[[T], R] = partial(in_context, self.ctx, step.function)
+            if self._pool is not None and step.cpu:
+                return self._pool.map(run, items, done=done)
+            here: list[R] = []
+            for item in items:
+                here.append(run(item))
+                if done is not None:
+                    done(item, here[-1])
+            return here
         submit = self._task(step, submitted=True)
         # Quoted, Prefect does not walk an item looking for futures; but a quoted argument reaches
         # a Dask worker as a bare tuple, so remote items (small data) go as they are.

@@ -214,7 +214,8 @@ EVALUATE_RANGE: Step[RangeWork, RangeResult] = Step(
 """Evaluate one byte range (cached by the SHA-256 of its input, the range and the ignored checks,
 so a rerun after a crash redoes only the ranges that did not finish)."""
 
-SORT_RUN: Step[_SortJob, SortedRun] = Step("sort-run", _sort_job, cpu=True)
+SORT_RUN: Step[_SortJob, SortedRun] = Step("sort-run", _sort_job, cpu=True, tracked=False)
+"""Part of the reduce: no task run of its own in the orchestrator."""
 
 
 def report_dir_for(paths: Sequence[str], report_dir: str | None) -> str:
