@@ -277,7 +277,7 @@ def finish(plan: ReverifyPlan, echo: Echo, ctx: RunContext | None = None) -> Rev
     try:
         # With --append the rows the files held before this run stay as they were, first; only
         # the rows this run appended are put in key order after them.
-        starts = {name: handle.start if plan.options.append else 0 for name, handle in plan.files.items()}
+        starts = plan.starts if plan.options.append else {}
         plan.close_files()
         rows = _sort_file(plan.paths.local_output, starts.get("output", 0))
         _sort_file(plan.paths.local_sidecar, starts.get("sidecar", 0))
