@@ -19,7 +19,9 @@ def _line(row: dict[str, object]) -> bytes:
     return json.dumps(row, indent=None, separators=(", ", ": ")).encode() + b"\n"
 
 
+@pytest.mark.parametrize("mode", [["--direct"], []], ids=["direct", "prefect"])
 def test_append_keeps_the_existing_rows_and_adds_the_new_ones_after_them(
+    mode: list[str],
     tmp_path: Path,
     resources_server: ServerProcess,
     gym_config_file: Callable[..., Path],
@@ -45,7 +47,7 @@ def test_append_keeps_the_existing_rows_and_adds_the_new_ones_after_them(
 
     args = [
         "eval", "reverify", "--config", str(config), "--inputs", str(tmp_path / "inputs.jsonl"),
-        "--rollouts", str(output), "--output", str(output), "--judge-failed-only", "--append", "--direct",
+        "--rollouts", str(output), "--output", str(output), "--judge-failed-only", "--append", *mode,
     ]  # fmt: skip
     assert main(args) == 0, capsys.readouterr()
     assert "Recovery mode: seeded 0 successful rollout(s)" in capsys.readouterr().out
