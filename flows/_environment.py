@@ -31,6 +31,8 @@ def prepare(config: PrefectConfig, verbose: bool) -> None:
     # gymflow's own warnings (a coverage gap, missing rollouts) reach the run's Logs tab too, not
     # only the console: Prefect gives the logger its API handler.
     os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "gymflow")
+    # ... and outside a flow run (a direct run after a flow run in one process) stay local.
+    os.environ.setdefault("PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW", "ignore")
     if not verbose:
         # Dask's cluster logs (runner.kind: dask) at INFO would flood the terminal.
         os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "warning")

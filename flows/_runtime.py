@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
+from uuid import UUID
 
-from prefect import Flow
+from prefect import Flow, get_client
 from prefect.client.schemas.objects import State
 from prefect.events.worker import EventsWorker
 from prefect.logging.handlers import APILogWorker
+from prefect.runtime import flow_run
 from prefect.settings import (
     PREFECT_API_URL,
     PREFECT_FLOWS_HEARTBEAT_FREQUENCY,
@@ -75,8 +78,60 @@ def flow_executor(ctx: RunContext, workers: int, what: str) -> Iterator[tuple[Pr
     """Inside a flow run: the Prefect executor of its steps and the run context recorded under
     this flow run (``what`` names the work if the process pool cannot run)."""
     recorded = ctx.under(orchestrator())
+    _claim_this_run()
     with prefect_executor(recorded, workers, ctx.runner.kind == "dask", what) as executor:
         yield executor, recorded
+
+
+_OWNER_PREFIX = "gymflow:"
+
+
+def _owner(pid: int) -> str:
+    return f"{_OWNER_PREFIX}{socket.gethostname()}:{pid}"
+
+
+def _claim_this_run() -> None:
+    """Record this process as the one running the current flow run (its ``infrastructure_pid``),
+    so that a later command can tell a run whose process was killed from one still running."""
+    run_id = flow_run.get_id()
+    if run_id is None:
+        return
+    with get_client(sync_client=True) as client:
+        client.update_flow_run(UUID(run_id), infrastructure_pid=_owner(os.getpid()))
+
+
+def crash_orphans() -> int:
+    """Mark ``Crashed`` every flow run still ``Running`` whose gymflow process on this host is
+    gone (``kill -9``, a lost machine's power leaves it to the next command there); the number
+    marked. Runs of other hosts and of processes still alive are left alone."""
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterState, FlowRunFilterStateType
+    from prefect.client.schemas.objects import StateType
+    from prefect.states import Crashed
+
+    mine = f"{_OWNER_PREFIX}{socket.gethostname()}:"
+    running = FlowRunFilter(state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.RUNNING])))
+    marked = 0
+    with get_client(sync_client=True) as client:
+        for run in client.read_flow_runs(flow_run_filter=running, limit=200):
+            owner = run.infrastructure_pid or ""
+            if not owner.startswith(mine) or _alive(int(owner.removeprefix(mine) or 0)):
+                continue
+            message = f"the gymflow process that ran it ({owner.removeprefix(_OWNER_PREFIX)}) is gone"
+            client.set_flow_run_state(run.id, Crashed(message=message), force=True)
+            marked += 1
+    return marked
+
+
+def _alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def run_flow(flow: Flow[..., R], ctx: RunContext, workers: int, **parameters: Any) -> tuple[R, str]:
@@ -93,6 +148,7 @@ def run_flow(flow: Flow[..., R], ctx: RunContext, workers: int, **parameters: An
         prefect_api(),
         temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}),
     ):
+        crash_orphans()
         state: State[R] = configured(ctx=ctx, workers=workers, return_state=True, **parameters)  # type: ignore[assignment]
         url = f"{PREFECT_UI_URL.value()}/flow-runs/flow-run/{state.state_details.flow_run_id}"
         result: R = state.result()

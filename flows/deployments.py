@@ -24,7 +24,7 @@ EVENT = "gymflow.eval.completed"
 
 def _context() -> RunContext:
     """gymflow's shared config as a run context (what each CLI command builds first)."""
-    from gymflow.cli.config import compose, run_context
+    from gymflow.conf.compose import compose, run_context
 
     return run_context(compose("gymflow"))
 
@@ -32,8 +32,8 @@ def _context() -> RunContext:
 @flow(name="post-run", log_prints=False)
 def post_run(run: str, config: Sequence[str] = (), overrides: Sequence[str] = ()) -> list[str]:
     """``gymflow eval post RUN`` as a deployment; returns the console and summary lines."""
-    from gymflow.cli.config import run_context
-    from gymflow.cli.post import compose_options
+    from gymflow.conf.compose import run_context
+    from gymflow.conf.options import compose_options
     from gymflow.health import default_workers
 
     composed, options = compose_options(run, list(config), list(overrides))

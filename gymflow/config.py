@@ -81,12 +81,40 @@ class PrefectConfig(_Frozen):
     )
 
 
+class OpenLineageConfig(_Frozen):
+    """The ``openlineage`` block: where each report's OpenLineage run events go
+    (:mod:`gymflow.lineage`). Unset, and without the library's own settings, nothing is emitted."""
+
+    transport: Mapping[str, Any] | None = Field(
+        default=None,
+        description="An openlineage-python transport, as its config file spells one: {type: http, "
+        "url: ..., endpoint: ..., timeout: ...}, {type: file, log_file_path: ...}, {type: console}. "
+        "null: $OPENLINEAGE_URL, $OPENLINEAGE_CONFIG or the library's other settings, else no events.",
+    )
+    namespace: str | None = Field(
+        default=None, description="The jobs' namespace; null: $OPENLINEAGE_NAMESPACE, else 'gymflow'."
+    )
+    timeout_s: float = Field(
+        default=2.0,
+        gt=0,
+        description="How long a run waits, as it ends, for its events to be sent (an HTTP transport "
+        "without its own timeout also gets this one); then they are dropped with one warning.",
+    )
+
+    @field_validator("transport", mode="after")
+    @classmethod
+    def _freeze(cls, value: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+        frozen: Mapping[str, Any] | None = None if value is None else freeze(value)
+        return frozen
+
+
 class GymflowConfig(_Frozen):
     """The settings every command shares."""
 
     storage: StorageConfig = Field(default_factory=StorageConfig)
     runner: RunnerConfig = Field(default_factory=RunnerConfig)
     prefect: PrefectConfig = Field(default_factory=PrefectConfig)
+    openlineage: OpenLineageConfig = Field(default_factory=OpenLineageConfig)
 
 
 SHARED_KEYS = tuple(GymflowConfig.model_fields)

@@ -4,6 +4,7 @@ GymflowError                 root: every expected failure; the CLI prints it wit
 ├── UsageError               a command was called wrongly (exit 2, usage printed)
 ├── InputError               an input file is missing or malformed (names file, line, field)
 ├── StorageError             a storage backend failed (names the URL)
+│   └── StorageTimeout       it did not answer within storage.timeout_s, retries included
 └── UnknownCheckError        a health check id is not registered (UsageError too)
 """
 
@@ -31,6 +32,11 @@ class InputError(GymflowError):
 
 class StorageError(GymflowError):
     """A storage backend (local disk, S3, memory) failed."""
+
+
+class StorageTimeout(StorageError):
+    """The storage endpoint did not answer within ``storage.timeout_s``, its own retries
+    included: trying again would only spend the budget again."""
 
 
 class UnknownCheckError(UsageError):

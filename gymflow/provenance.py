@@ -8,15 +8,20 @@ only here, so the direct path and Prefect tasks agree on what is up to date.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.metadata
 import logging
 import platform
+import subprocess
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
 import orjson
@@ -30,6 +35,9 @@ SCHEMA = "gymflow.provenance/1"
 REDACTED = "<redacted>"
 RECORD_SUFFIX = ".provenance.json"
 TRACKED_PACKAGES = ("prefect", "pydantic", "fsspec", "s3fs", "orjson", "httpx")
+GIT_TIMEOUT_S = 2.0
+"""How long each ``git`` call naming the code may take before the record names the files instead."""
+HASHED_SUFFIXES = (".py", ".yaml")
 
 FileStatus = Literal["ok", "changed", "missing"]
 OrchestratorKind = Literal["prefect", "direct"]
@@ -198,14 +206,87 @@ def timestamp(moment: datetime | None = None) -> str:
 
 
 def code_versions() -> dict[str, Any]:
-    """gymflow's and Python's versions and those of the packages that shape the outputs."""
+    """gymflow's and Python's versions, those of the packages that shape the outputs, and the code
+    itself: ``git`` (``commit`` and ``dirty``) when gymflow runs from a git checkout, else
+    ``files_sha256``, a hash of the installed package's files (:func:`code_identity`)."""
     packages: dict[str, str] = {}
     for package in TRACKED_PACKAGES:
         try:
             packages[package] = importlib.metadata.version(package)
         except importlib.metadata.PackageNotFoundError:
             continue
-    return {"gymflow": __version__, "python": platform.python_version(), "packages": packages}
+    return {
+        "gymflow": __version__,
+        "python": platform.python_version(),
+        "packages": packages,
+        **code_identity(),
+    }
+
+
+def package_dir() -> Path:
+    """The directory of the ``gymflow`` package this process imported."""
+    import gymflow
+
+    return Path(gymflow.__file__).resolve().parent
+
+
+@functools.cache
+def code_identity() -> dict[str, Any]:
+    """What names the running code, once per process: ``{"git": {"commit", "dirty"}}`` when the
+    package's own files are tracked by a git checkout (``dirty``: ``git status --porcelain``
+    lists anything), else ``{"files_sha256": ...}`` (:func:`files_sha256`). Never raises: without
+    git, or when it fails or takes longer than :data:`GIT_TIMEOUT_S`, the files are hashed."""
+    directory = package_dir()
+    found = checkout_of(directory)
+    if found is not None:
+        return {"git": found}
+    return {"files_sha256": files_sha256(directory)}
+
+
+def checkout_of(directory: Path) -> dict[str, Any] | None:
+    """``{"commit", "dirty"}`` of the git checkout that tracks ``directory/__init__.py``, or None
+    (no git, not a checkout, an installed copy inside one, an error or a timeout)."""
+    if not (directory / "__init__.py").is_file():
+        return None
+    tracked = _git(directory, "ls-files", "--error-unmatch", "--", "__init__.py")
+    commit = _git(directory, "rev-parse", "--verify", "HEAD") if tracked is not None else None
+    status = _git(directory, "status", "--porcelain") if commit is not None else None
+    if commit is None or status is None:
+        return None
+    return {"commit": commit.strip(), "dirty": bool(status.strip())}
+
+
+def _git(directory: Path, *args: str) -> str | None:
+    try:
+        done = subprocess.run(
+            ["git", *args],
+            cwd=directory,
+            capture_output=True,
+            text=True,
+            timeout=GIT_TIMEOUT_S,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+def files_sha256(directory: Path) -> str:
+    """SHA-256 over the package's ``.py`` and ``.yaml`` files: for each, in sorted order of its
+    POSIX path relative to ``directory``, the path, its size and its bytes (each length-prefixed,
+    so no two trees hash alike)."""
+    files = sorted(
+        (path.relative_to(directory).as_posix(), path)
+        for path in directory.rglob("*")
+        if path.suffix in HASHED_SUFFIXES and path.is_file() and "__pycache__" not in path.parts
+    )
+    sha = hashlib.sha256()
+    for relative, path in files:
+        name = relative.encode()
+        data = path.read_bytes()
+        sha.update(b"%d:%s%d:" % (len(name), name, len(data)))
+        sha.update(data)
+    return sha.hexdigest()
 
 
 def build_record(
@@ -246,6 +327,35 @@ def write_record(url: str, record: Mapping[str, Any]) -> None:
     data = orjson.dumps(record, default=_json_default, option=orjson.OPT_INDENT_2) + b"\n"
     storage.write_atomic(url, data)
     logger.info("wrote provenance record %s", storage.to_uri(url))
+    _observed(url, record)
+
+
+RecordHook = Callable[[str, Mapping[str, Any]], None]
+"""Called with a record's URL and the record (:func:`observing`)."""
+_observer: ContextVar[RecordHook | None] = ContextVar("gymflow_record_observer", default=None)
+
+
+@contextmanager
+def observing(hook: RecordHook) -> Iterator[None]:
+    """Call ``hook(url, record)`` for every record :func:`write_record` writes in the ``with``
+    block, and every one :func:`up_to_date` finds current (the run that wrote nothing), in this
+    thread and the threads started from it; an inner block's hook replaces the outer's. An error
+    in the hook is logged, never raised into the run."""
+    token = _observer.set(hook)
+    try:
+        yield
+    finally:
+        _observer.reset(token)
+
+
+def _observed(url: str, record: Mapping[str, Any]) -> None:
+    hook = _observer.get()
+    if hook is None:
+        return
+    try:
+        hook(url, record)
+    except Exception as exc:  # noqa: BLE001 - an observer never fails the run that wrote the record
+        logger.warning("provenance record observer failed on %s: %s", storage.to_uri(url), exc)
 
 
 def read_record(url: str) -> dict[str, Any] | None:
@@ -324,6 +434,7 @@ def up_to_date(record_url: str, cache_key: str) -> bool:
         if status != "ok":
             logger.info("output %s is %s since %s was written", entry["uri"], status, record_url)
             return False
+    _observed(record_url, record)
     return True
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gymflow import storage
-from gymflow.config import RunnerConfig
+from gymflow.config import OpenLineageConfig, RunnerConfig
 from gymflow.frozen import FrozenDict, freeze
 
 __all__ = ["DIRECT", "RunContext"]
@@ -38,6 +38,9 @@ class RunContext:
     take_locks: bool = True
     """Whether each runner takes the run lock of its outputs (:mod:`gymflow.locking`); False when
     the caller already holds them."""
+    lineage: OpenLineageConfig = field(default_factory=OpenLineageConfig)
+    """Where the run's OpenLineage events go (:mod:`gymflow.lineage`; default: the library's own
+    settings, else none)."""
 
     def __post_init__(self) -> None:
         from gymflow.provenance import redact

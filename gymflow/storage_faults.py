@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from gymflow.errors import GymflowError, InputError, StorageError
+from gymflow.errors import GymflowError, InputError, StorageError, StorageTimeout
 
 URL_SCHEME = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
 """``scheme://`` at the start of a URL (a string without one is a local path)."""
@@ -147,7 +147,7 @@ def guard(
     """
     where = _bucket(url, endpoint) if budget is not None else None
     if where is not None and budget is not None and (since := _silent_since(where, budget)) is not None:
-        raise StorageError(
+        raise StorageTimeout(
             f"{scrub_url(url)}: cannot {action} it: the storage endpoint did not answer in time "
             f"(storage.timeout_s = {budget:g} s; not asked again: it gave no answer {since:.0f} s ago)"
         )
@@ -165,8 +165,10 @@ def guard(
         if not _is_backend_error(exc):
             raise
         reason = _explain(exc, budget, url)
-        if where is not None and _unanswered(exc):
-            _note_silence(where)
+        if _unanswered(exc):
+            if where is not None:
+                _note_silence(where)
+            raise StorageTimeout(f"{scrub_url(url)}: cannot {action} it: {reason}") from exc
         raise StorageError(f"{scrub_url(url)}: cannot {action} it: {reason}") from exc
 
 

@@ -26,7 +26,7 @@ from prefect.context import TaskRunContext
 from prefect.utilities.annotations import quote
 
 from gymflow import parallel, storage
-from gymflow.errors import InputError, StorageError, UsageError
+from gymflow.errors import InputError, StorageError, StorageTimeout, UsageError
 from gymflow.executor import Done, Step, in_context
 from gymflow.run_context import RunContext
 
@@ -49,10 +49,10 @@ _DETERMINISTIC_ERRNOS = frozenset(
 def is_transient(error: BaseException | None) -> bool:
     """Whether a failure may go away on its own: a storage backend's, or the network's. A bad
     input, a wrong call, a path that cannot be written or a bug fails the same way every time."""
-    if isinstance(error, InputError | UsageError) or not isinstance(
+    if isinstance(error, InputError | UsageError | StorageTimeout) or not isinstance(
         error, StorageError | TimeoutError | ConnectionError
     ):
-        return False
+        return False  # a storage timeout already spent its retries within storage.timeout_s
     cause: BaseException | None = error
     while cause is not None:
         if isinstance(cause, OSError) and cause.errno in _DETERMINISTIC_ERRNOS:

@@ -21,7 +21,9 @@ from gymflow.cli import build_parser, main
 from gymflow.cli import post as post_cli
 from gymflow.cli import reverify as reverify_cli
 from gymflow.cli import serve as serve_cli
-from gymflow.cli.config import USER_CONFIG_ENV, compose, flags_given, load_config
+from gymflow.cli.setup import flags_given
+from gymflow.conf import options as options_module
+from gymflow.conf.compose import USER_CONFIG_ENV, compose, load_config
 from gymflow.config import HealthCheckConfig, JoinConfig, UiConfig
 from gymflow.errors import UsageError
 from gymflow.frozen import FrozenDict
@@ -73,8 +75,8 @@ def _reverify(argv: Sequence[str]) -> Any:
 def _post(run: Path) -> Callable[[Sequence[str]], Any]:
     def build(argv: Sequence[str]) -> Any:
         args, extras = _parse(["eval", "post", str(run), *argv])
-        composed, config = post_cli.compose_post(flags_given(args, post_cli._FLAGS), extras)
-        return post_cli.post_options(str(run), composed, config), config.direct, config.verbose
+        composed, config = options_module.compose_post(flags_given(args, post_cli._FLAGS), extras)
+        return options_module.post_options(str(run), composed, config), config.direct, config.verbose
 
     return build
 
@@ -303,8 +305,8 @@ def test_bad_override_on_each_command_is_one_line(run_dir: Path, tmp_path: Path)
         (
             ["eval", "join", str(run_dir), "+bogus=1"],
             "unknown configuration key 'bogus' in override '+bogus=1' (known keys: capture_dir, direct, "
-            "json, no_cache, no_capture, no_perf, output, prefect, rollouts_file, runner, storage, summary, "
-            "verbose, workers)",
+            "json, no_cache, no_capture, no_perf, openlineage, output, prefect, rollouts_file, runner, "
+            "storage, summary, verbose, workers)",
         ),
         (
             ["eval", "join", str(run_dir), "++workers=many"],
@@ -327,8 +329,8 @@ def test_bad_override_on_each_command_is_one_line(run_dir: Path, tmp_path: Path)
         ),
         (
             ["ui", "+colour=blue"],
-            "unknown configuration key 'colour' in override '+colour=blue' (known keys: prefect, runner, "
-            "stop, storage)",
+            "unknown configuration key 'colour' in override '+colour=blue' (known keys: openlineage, "
+            "prefect, runner, stop, storage)",
         ),
         (
             ["eval", "health-check", str(run_dir), "+foo=1"],
@@ -422,7 +424,7 @@ def test_aggregate_record_redacts_a_gym_config_secret(tmp_path: Path) -> None:
 def test_server_group_sets_the_local_server_port_unless_the_environment_does(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from gymflow.cli.config import prepare_prefect
+    from gymflow.cli.setup import prepare_prefect
 
     monkeypatch.delenv("PREFECT_SERVER_API_PORT", raising=False)
     for name in ("PREFECT_LOGGING_LEVEL", "DO_NOT_TRACK", "PREFECT_SERVER_ANALYTICS_ENABLED"):

@@ -1,5 +1,5 @@
 """Declared dependencies match the imports: every third-party module the code imports comes from a
-distribution pyproject declares (runtime for gymflow/, flows/, tasks/; runtime or test extra for
+distribution pyproject declares (runtime for gymflow/, flows/, tasks/, config/; runtime or test extra for
 tests/ and bench/), and every declared distribution is imported somewhere or named below with the
 reason it is needed without an import."""
 
@@ -15,7 +15,7 @@ from importlib.metadata import packages_distributions
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-FIRST_PARTY = {"gymflow", "tests", "bench", "flows", "tasks"}
+FIRST_PARTY = {"gymflow", "tests", "bench", "flows", "tasks", "config"}
 
 # Declared, yet never imported by name: why each is needed.
 NOT_IMPORTED = {
@@ -78,7 +78,7 @@ def _undeclared(imports: dict[str, set[str]], allowed: set[str]) -> dict[str, li
 
 def test_the_core_imports_only_runtime_dependencies() -> None:
     runtime, _, dask = _declared()
-    imports = _imported(["gymflow", "flows", "tasks"])
+    imports = _imported(["gymflow", "flows", "tasks", "config"])
     # prefect_dask is imported only when the config asks for the Dask runner (the dask extra).
     assert _undeclared(imports, runtime | dask) == {}
 
@@ -91,7 +91,7 @@ def test_tests_and_benchmarks_import_only_declared_dependencies() -> None:
 def test_every_declared_dependency_is_used() -> None:
     runtime, test, dask = _declared()
     imported = set().union(
-        *(_distributions(m) for m in _imported(["gymflow", "flows", "tasks", "tests", "bench"]))
+        *(_distributions(m) for m in _imported(["gymflow", "flows", "tasks", "config", "tests", "bench"]))
     )
     unused = sorted((runtime | test | dask) - imported - set(NOT_IMPORTED))
     assert unused == []

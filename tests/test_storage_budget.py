@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from gymflow import scratch, storage, storage_faults
-from gymflow.cli.config import load_config, storage_options
+from gymflow.conf.compose import load_config, storage_options
 from gymflow.errors import StorageError, UsageError
 from gymflow.run_context import RunContext
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gymflow.errors import InputError, StorageError
+from gymflow.errors import InputError, StorageError, StorageTimeout
 from gymflow.executor import Step
 from gymflow.run_context import RunContext
 from gymflow.tasks import executor as prefect_executor
@@ -69,7 +69,9 @@ def test_only_transient_failures_are_retried(no_delays: None, kind: str, calls: 
 
 
 def test_what_counts_as_transient(tmp_path: Path) -> None:
-    assert prefect_executor.is_transient(StorageError("s3://b: read timeout"))
+    assert prefect_executor.is_transient(StorageError("s3://b: connection reset"))
+    # a timeout already spent its retries within storage.timeout_s
+    assert not prefect_executor.is_transient(StorageTimeout("s3://b: did not answer in time"))
     assert prefect_executor.is_transient(ConnectionResetError())
     assert not prefect_executor.is_transient(InputError("bad line"))
     assert not prefect_executor.is_transient(ValueError("a bug"))

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from gymflow import provenance, scratch, storage
+from gymflow import lineage, provenance, scratch, storage
 from gymflow.aggregate._reduce import Reduction
 from gymflow.aggregate._run import (
     COMMAND,
@@ -124,7 +124,7 @@ def run_aggregate(
     ``options.workers`` processes reading local shards). ``progress`` advances by each shard's
     bytes as it is read."""
     ctx = ctx or RunContext()
-    with ctx.active(), ctx.lock(options.output, COMMAND):
+    with lineage.run(COMMAND, ctx), ctx.active(), ctx.lock(options.output, COMMAND):
         if executor is not None:
             return _run(options, ctx, executor, echo, progress)
         with LocalExecutor(ctx, options.workers or 1, "reading shards") as local:

@@ -107,7 +107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _selected_group(parser, args).print_help()
         return 2
     from gymflow.cli import interrupt
-    from gymflow.cli.config import close_command_scope
+    from gymflow.cli.setup import close_command_scope
 
     try:
         status: int = interrupt.run(handler, args, extras)

@@ -5,21 +5,17 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from gymflow import provenance, storage
-from gymflow.cli.config import (
-    Composed,
-    compose,
-    configure_storage,
-    flags_given,
-    run_context,
-)
-from gymflow.cli.gym_config import split_overrides
 from gymflow.cli.logs import configure_logging
 from gymflow.cli.progress import ProgressBar, progress_bar
+from gymflow.cli.setup import configure_storage, flags_given
+from gymflow.conf.compose import Composed, compose, run_context
+from gymflow.conf.options import agent_environments
+from gymflow.conf.overrides import split_overrides
 from gymflow.config import AggregateConfig, GymflowConfig
 from gymflow.errors import GymflowError, UsageError
 from gymflow.frozen import FrozenDict
@@ -88,35 +84,6 @@ def register(eval_commands: argparse._SubParsersAction) -> None:  # type: ignore
         "-v", "--verbose", action="store_true", default=None, help="show Prefect's and gymflow's logs"
     )
     parser.set_defaults(handler=partial(run, parser))
-
-
-def agent_environments(config: Mapping[str, Any]) -> dict[str, str]:
-    """Agent name -> the one environment server whose config fronts it (§1.6).
-
-    An environment-server block is a top-level block with ``environment_servers``; an
-    implementation names its agent under ``agent``/``agent_ref``/``responses_api_agent``
-    (a mapping with ``name``, or a string). Agents behind several environment servers are an error.
-    """
-    fronts: dict[str, list[str]] = {}
-    for block, body in config.items():
-        servers = body.get("environment_servers") if isinstance(body, Mapping) else None
-        if not isinstance(servers, Mapping):
-            continue
-        for impl in servers.values():
-            if not isinstance(impl, Mapping):
-                continue
-            for key in ("agent", "agent_ref", "responses_api_agent"):
-                ref = impl.get(key)
-                name = ref.get("name") if isinstance(ref, Mapping) else ref
-                if isinstance(name, str) and name and block not in fronts.setdefault(name, []):
-                    fronts[name].append(block)
-    ambiguous = {agent: blocks for agent, blocks in fronts.items() if len(blocks) > 1}
-    if ambiguous:
-        agent, blocks = next(iter(ambiguous.items()))
-        raise UsageError(
-            f"Agent {agent!r} is behind several environment servers {blocks}; cannot group its rows"
-        )
-    return {agent: blocks[0] for agent, blocks in fronts.items()}
 
 
 def compose_aggregate(args: argparse.Namespace, extras: Sequence[str]) -> tuple[Composed, AggregateConfig]:

@@ -16,10 +16,11 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from gymflow import storage
-from gymflow.cli.config import compose, configure_storage, flags_given, run_context
-from gymflow.cli.gym_config import split_overrides
 from gymflow.cli.logs import configure_logging
 from gymflow.cli.progress import progress_bar
+from gymflow.cli.setup import configure_storage, flags_given
+from gymflow.conf.compose import compose, run_context
+from gymflow.conf.overrides import split_overrides
 from gymflow.config import JoinConfig
 from gymflow.errors import GymflowError, UsageError
 

@@ -8,7 +8,7 @@ import importlib
 import sys
 from typing import Any
 
-from gymflow.cli.config import prepare_prefect
+from gymflow.cli.setup import prepare_prefect
 from gymflow.config import GymflowConfig
 from gymflow.run_context import RunContext
 

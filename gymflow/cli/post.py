@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from contextlib import suppress
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from gymflow import provenance, storage
-from gymflow.cli.config import Composed, compose, configure_storage, flags_given, run_context
 from gymflow.cli.logs import configure_logging
-from gymflow.config import PostConfig, PostSection, ReverifySection
+from gymflow.cli.setup import configure_storage, flags_given
+from gymflow.conf.compose import run_context
+from gymflow.conf.options import compose_post, post_options
 from gymflow.errors import GymflowError, UsageError
 
 if TYPE_CHECKING:  # the pipeline (every command's core) is imported when post runs, not by the parser
@@ -48,102 +49,6 @@ def register(eval_commands: argparse._SubParsersAction) -> None:  # type: ignore
         "-v", "--verbose", action="store_true", default=None, help="show Prefect's and gymflow's logs"
     )
     parser.set_defaults(handler=partial(run, parser))
-
-
-def compose_post(flags: Mapping[str, Any], overrides: Sequence[str]) -> tuple[Composed, PostConfig]:
-    """``config/post.yaml`` + ``$GYMFLOW_CONFIG`` + Gym files + overrides + flags, validated."""
-    from gymflow.cli.gym_config import split_overrides
-
-    composed = compose("post", flags=flags, overrides=split_overrides(overrides), gym_files=True)
-    config = composed.validate(PostConfig)
-    composed.check_block("reverify", reverify_block_keys())
-    return composed, config
-
-
-POST_SETS = (
-    "materialized_inputs_jsonl_fpath",
-    "rollouts_jsonl_fpath",
-    "output_jsonl_fpath",
-    "resume_from_cache",
-)
-"""Keys of eval reverify that post sets itself (from ``post.rollouts``, ``reverify.inputs`` and
-``reverify.output``; it always resumes), so its ``reverify`` block does not take them."""
-
-
-def reverify_block_keys() -> frozenset[str]:
-    """The keys post's ``reverify`` block takes: its own and eval reverify's, but for :data:`POST_SETS`."""
-    from gymflow.reverify import CONFIG_KEYS
-
-    return frozenset(ReverifySection.model_fields) | (frozenset(CONFIG_KEYS) - set(POST_SETS))
-
-
-def compose_options(
-    run_dir: str, config_files: Sequence[str], overrides: Sequence[str]
-) -> tuple[Composed, PostOptions]:
-    """Config files and overrides -> the composed config and validated :class:`PostOptions`
-    (the deployments' entry, which receive the same things as parameters)."""
-    flags: dict[str, Any] = {"config_paths": list(config_files)} if config_files else {}
-    composed, config = compose_post(flags, overrides)
-    from gymflow.frozen import thaw
-
-    with storage.using(thaw(composed.settings.storage.options)):
-        return composed, post_options(run_dir, composed, config)
-
-
-def post_options(run_dir: str, composed: Composed, config: PostConfig) -> PostOptions:
-    from gymflow.aggregate import AggregateOptions
-    from gymflow.cli.aggregate import agent_environments
-    from gymflow.health import normalize_ignored
-
-    post, reverify = config.post, config.reverify
-    gym_config = composed.gym_config()
-    use_cache = not config.no_cache
-    if not storage.exists(run_dir):
-        raise UsageError(f"Run directory not found: {run_dir}")
-    aggregate = AggregateOptions(
-        input_glob="",
-        output="",
-        agent_environments=agent_environments(gym_config),
-        config_files=config.config_paths,
-        use_cache=use_cache,
-    )
-    from gymflow.pipeline import HealthStep, PostOptions
-
-    return PostOptions(
-        run=run_dir,
-        shards=post.shards,
-        rollouts=post.rollouts,
-        capture_dir=post.capture_dir,
-        health=HealthStep(
-            post.health_check_workers, tuple(normalize_ignored(list(post.health_check_ignore)))
-        ),
-        aggregate=aggregate,
-        reverify=_reverify_options(run_dir, post, reverify, composed) if reverify.enabled else None,
-        gym_config=gym_config,
-        use_cache=use_cache,
-    )
-
-
-def _reverify_options(run_dir: str, post: PostSection, section: ReverifySection, composed: Composed) -> Any:
-    """The reverify step's options: the run's rollouts and materialized inputs, resuming into one
-    output, so a rerun after a judge outage verifies only what failed."""
-    from gymflow.cli.reverify import reverify_options
-
-    extra = {
-        key: value
-        for key, value in section.model_dump().items()
-        if key not in ("enabled", "inputs", "output")
-    }
-    return reverify_options(
-        composed,
-        {
-            **extra,
-            "materialized_inputs_jsonl_fpath": storage.resolve_under(run_dir, section.inputs),
-            "rollouts_jsonl_fpath": storage.resolve_under(run_dir, post.rollouts),
-            "output_jsonl_fpath": storage.resolve_under(run_dir, section.output),
-            "resume_from_cache": True,
-        },
-    )
 
 
 def _echo(line: str) -> None:

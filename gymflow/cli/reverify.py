@@ -15,17 +15,12 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from gymflow.cli.config import (
-    Composed,
-    compose,
-    configure_storage,
-    describe,
-    flags_given,
-    run_context,
-)
-from gymflow.cli.gym_config import split_overrides
 from gymflow.cli.logs import configure_logging
 from gymflow.cli.progress import row_progress
+from gymflow.cli.setup import configure_storage, flags_given
+from gymflow.conf.compose import Composed, compose, run_context
+from gymflow.conf.options import reverify_options
+from gymflow.conf.overrides import split_overrides
 from gymflow.config import GymflowConfig, RunnerConfig
 from gymflow.errors import GymflowError, UsageError
 from gymflow.run_context import RunContext
@@ -128,26 +123,6 @@ def register(eval_commands: argparse._SubParsersAction) -> None:  # type: ignore
     _flag(parser, "--direct", help="run in-process, without Prefect")
     _flag(parser, "-v", "--verbose", help="show Prefect's and gymflow's logs")
     parser.set_defaults(handler=partial(run, parser))
-
-
-def reverify_options(composed: Composed, values: Mapping[str, Any]) -> Any:
-    """``values`` (reverify's keys) validated with reverify.md §1's messages; a bad key set in a
-    file or an override is named with its source."""
-    from pydantic import ValidationError
-
-    from gymflow.reverify import ReverifyOptions, options_from_config
-
-    try:
-        return options_from_config(values)
-    except UsageError as exc:
-        message = str(exc)
-        if message.startswith("invalid configuration: ") and "<config>" not in message:
-            data = {key: value for key, value in values.items() if value is not None}
-            try:
-                ReverifyOptions.model_validate(data)
-            except ValidationError as detail:
-                message = describe(detail, composed)
-        raise UsageError(message) from None
 
 
 def build_options(args: argparse.Namespace, extras: Sequence[str]) -> tuple[Any, Mapping[str, Any], Composed]:

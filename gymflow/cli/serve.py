@@ -79,7 +79,7 @@ def register(groups: argparse._SubParsersAction) -> None:  # type: ignore[type-a
 
 
 def _prepare(settings: GymflowConfig, verbose: bool) -> None:
-    from gymflow.cli.config import configure_storage, prepare_prefect
+    from gymflow.cli.setup import configure_storage, prepare_prefect
 
     configure_storage(settings)
     prepare_prefect(settings, verbose)
@@ -87,7 +87,8 @@ def _prepare(settings: GymflowConfig, verbose: bool) -> None:
 
 def serve_config(args: argparse.Namespace) -> tuple[GymflowConfig, ServeConfig]:
     """``config/serve.yaml`` with the flags (its overrides are eval post's, not its own)."""
-    from gymflow.cli.config import compose, flags_given
+    from gymflow.cli.setup import flags_given
+    from gymflow.conf.compose import compose
 
     composed = compose("serve", flags=flags_given(args, _FLAGS))
     return composed.settings, composed.validate(ServeConfig)
@@ -144,7 +145,7 @@ def run_serve(parser: argparse.ArgumentParser, args: argparse.Namespace, extras:
     try:
         settings, config = serve_config(args)
         # The overrides are eval post's: a typo in them is refused now, not in every run it starts.
-        from gymflow.cli.post import compose_post
+        from gymflow.conf.options import compose_post
 
         compose_post({"config_paths": list(config.config_paths)} if config.config_paths else {}, extras)
     except UsageError as exc:
@@ -213,8 +214,8 @@ def unschedule(client: SyncPrefectClient, deployment_ids: Sequence[UUID]) -> Non
 
 
 def run_notify(parser: argparse.ArgumentParser, args: argparse.Namespace, extras: Sequence[str]) -> int:
-    from gymflow.cli.config import compose
-    from gymflow.cli.gym_config import split_overrides
+    from gymflow.conf.compose import compose
+    from gymflow.conf.overrides import split_overrides
 
     try:
         settings = compose("notify", overrides=split_overrides(extras)).settings

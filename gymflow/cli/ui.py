@@ -29,8 +29,9 @@ def register(groups: argparse._SubParsersAction) -> None:  # type: ignore[type-a
 
 
 def run(parser: argparse.ArgumentParser, args: argparse.Namespace, extras: Sequence[str]) -> int:
-    from gymflow.cli.config import compose, prepare_prefect
-    from gymflow.cli.gym_config import split_overrides
+    from gymflow.cli.setup import prepare_prefect
+    from gymflow.conf.compose import compose
+    from gymflow.conf.overrides import split_overrides
     from gymflow.config import UiConfig
 
     try:

@@ -9,7 +9,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from typing import Any
 
-from gymflow import provenance, scratch, storage
+from gymflow import lineage, provenance, scratch, storage
 from gymflow.executor import Executor, LocalExecutor, Step
 from gymflow.health._ranges import (
     EVALUATE_RANGE,
@@ -120,7 +120,7 @@ def run_health(
     are intact, does no work and returns ``up_to_date=True``.
     """
     ctx = ctx or RunContext()
-    with ctx.active():
+    with lineage.run(COMMAND, ctx), ctx.active():
         plan_ = plan(options.paths, options.workers, options.ignored_checks)
         directory = report_dir_for(options.paths, options.report_dir)
         summary_url = storage.join(directory, "quality_summary.json")

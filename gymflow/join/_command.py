@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Final
 
-from gymflow import provenance, storage
+from gymflow import lineage, provenance, storage
 from gymflow.errors import InputError
 from gymflow.executor import Executor, LocalExecutor, Step
 from gymflow.join._file_join import (
@@ -87,7 +87,7 @@ def run_join(
     process and ``workers`` processes for files of at least ``parallel_min_bytes``). The output
     bytes depend on neither."""
     ctx = ctx or RunContext()
-    with ctx.active():
+    with lineage.run(COMMAND, ctx), ctx.active():
         started_at = provenance.timestamp(datetime.now(UTC))
         if not storage.isfile(settings.rollouts):
             raise InputError(f"{settings.rollouts}: rollouts file not found")
@@ -132,9 +132,12 @@ def _run(
         if progress is not None:
             progress(job.end - job.start)
 
+    sources = [settings.rollouts, *([settings.capture_dir] if settings.capture_dir else [])]
     try:
-        executor.map(JOIN_RANGE, jobs, done=done)
-        sources = [settings.rollouts, *([settings.capture_dir] if settings.capture_dir else [])]
+        # One range is joined straight into the output: that step writes it.
+        executor.map(
+            JOIN_RANGE.writing([settings.output], sources) if single else JOIN_RANGE, jobs, done=done
+        )
         if single:
             output = provenance.digest(located.output)
         else:

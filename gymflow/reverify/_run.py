@@ -23,7 +23,7 @@ from typing import Any, Final
 
 import httpx
 
-from gymflow import provenance
+from gymflow import lineage, provenance
 from gymflow.errors import GymflowError
 from gymflow.executor import Executor, LocalExecutor, Step
 from gymflow.reverify._client import TransportFactory
@@ -134,7 +134,7 @@ def run_reverify(
     ``prepare``, ``stream`` and ``finish``.
     """
     ctx = ctx or RunContext()
-    with ctx.active(), ctx.lock(options.output_jsonl_fpath, COMMAND):
+    with lineage.run(COMMAND, ctx), ctx.active(), ctx.lock(options.output_jsonl_fpath, COMMAND):
         marks = timings if timings is not None else {}
         began = time.perf_counter()
         plan = prepare(

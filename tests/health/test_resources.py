@@ -90,4 +90,4 @@ def test_the_parent_holds_no_rows(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     large_peak = _parent_peak(tmp_path, 6_000, monkeypatch)
     # Held in the parent, the 4,500 more rows would take about 1 KB each.
     assert large_peak < small_peak + 1_000_000, (small_peak, large_peak)
-    assert large_peak < 3_000_000, large_peak
+    assert large_peak < 4_000_000, large_peak  # the whole command: plan, ranges, reports, record

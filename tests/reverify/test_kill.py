@@ -126,3 +126,49 @@ def test_ctrl_c_leaves_the_output_resumable(
     )
     assert resumed.returncode == 0, resumed.stderr.decode()
     assert len(read_jsonl(output)) == 3000
+
+
+def test_a_killed_default_mode_run_does_not_stay_running(
+    tmp_path: Path, start_resources_server: Callable[..., ServerProcess]
+) -> None:
+    """kill -9 of an orchestrated run: its rows verified so far are kept (each is recorded as it
+    completes), and the next orchestrated command marks its flow run Crashed."""
+    from gymflow.flows import _server
+    from gymflow.flows._runtime import crash_orphans, prefect_api
+    from tests.prefect_api import local_client
+
+    _server.ensure(90.0)
+    server = start_resources_server(latency_ms=3, no_log=True)
+    materialized, rollouts = mcqa_rows(2500, 2)
+    write_jsonl(tmp_path / "inputs.jsonl", materialized)
+    write_jsonl(tmp_path / "rollouts.jsonl", rollouts)
+    config = write_gym_config(tmp_path / "cfg.yaml", {"mcqa": server})
+    output = tmp_path / "out.jsonl"
+    command = [part for part in _command(config, tmp_path, output) if part != "--direct"]
+    child = subprocess.Popen(
+        command, cwd=REPO_ROOT, env={**server_env(), "CI": "1"}, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and not (
+        output.exists() and len(output.read_bytes().splitlines()) >= 300
+    ):
+        assert child.poll() is None
+        time.sleep(0.05)
+    os.killpg(child.pid, signal.SIGKILL)
+    child.wait(10)
+    kept = len(read_jsonl(output))
+    assert kept >= 300  # rows are in the output as they complete, not at a batch's end
+
+    def killed_runs() -> list[object]:
+        with local_client() as client:
+            runs = client.read_flow_runs(limit=200)
+        return [run for run in runs if (run.infrastructure_pid or "").endswith(f":{child.pid}")]
+
+    (run,) = killed_runs()
+    assert run.state_type.value == "RUNNING"  # type: ignore[attr-defined]
+    with prefect_api():
+        assert crash_orphans() >= 1
+    (run,) = killed_runs()
+    assert run.state_type.value == "CRASHED", run.state  # type: ignore[attr-defined]
+    assert "is gone" in (run.state.message or "")  # type: ignore[attr-defined]

@@ -112,3 +112,41 @@ def test_no_secret_reaches_the_orchestrators_database(
         assert canary.encode() not in raw, canary
     record = (tmp_path / "out.provenance.json").read_text()
     assert not any(canary in record for canary in canaries)
+
+
+def test_failed_rows_reach_no_log(
+    tmp_path: Path, resources_server: ServerProcess, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A batch with failed rows logs counts and classes, never its rows: neither the console nor
+    the run's logs in the orchestrator hold a row's content."""
+    canary = f"rowcanary{tmp_path.name[-6:]}"
+    materialized, rollouts = mcqa_rows(30, 2)
+    for row in materialized:
+        row["responses_create_params"]["input"][0]["content"] += f" {canary}"
+    write_jsonl(tmp_path / "inputs.jsonl", materialized)
+    write_jsonl(tmp_path / "rollouts.jsonl", rollouts)
+    config = write_gym_config(tmp_path / "cfg.yaml", {"mcqa": resources_server})
+    for task in range(0, 30, 3):
+        resources_server.set((task, 0), kind="judge_failed")
+    # -v: Prefect logs every task's final state at INFO, to the console and the run's logs
+    assert main(_args(tmp_path, config, tmp_path / "out.jsonl", "-v")) == 0
+    captured = capsys.readouterr()
+    assert canary not in captured.out + captured.err
+    assert "Rollouts missing from the score: 10 of 60" in captured.out
+    url = next(line for line in captured.err.splitlines() if line.startswith("Flow run: "))
+    flow_run_id = url.rstrip("/").rsplit("/", 1)[1]
+
+    import time
+    from uuid import UUID
+
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+
+    from tests.prefect_api import local_client
+
+    time.sleep(2)  # logs reach the server in batches
+    with local_client() as client:
+        logs = client.read_logs(
+            log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[UUID(flow_run_id)]))
+        )
+    assert logs  # the run's logs are there
+    assert all(canary not in log.message and len(log.message) < 2000 for log in logs)

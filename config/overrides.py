@@ -2,7 +2,7 @@
 ``--config`` files, local or any fsspec URL) and Hydra-style overrides (``++a.b=c`` add or override,
 ``+a.b=c`` add, ``a.b=c`` override an existing key, ``~a.b`` back to its packaged default, or
 deleted when only the user's files hold it), parsed with Hydra's override
-grammar. :mod:`gymflow.cli.config` composes them with the packaged files; the core never sees
+grammar. :mod:`gymflow.conf.compose` composes them with the packaged files; the core never sees
 OmegaConf objects."""
 
 from __future__ import annotations

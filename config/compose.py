@@ -1,4 +1,4 @@
-"""One configuration path for every command.
+"""One configuration path for every command (the CLI's and the deployment flows').
 
 Hydra composes ``config/<command>.yaml`` (its defaults list pulls the groups ``storage/``,
 ``runner/``, ``result_store/`` and ``server/`` through ``config/gymflow.yaml``) once per command.
@@ -17,20 +17,18 @@ holds, or one an override adds (``++judge.resources_servers.mcqa.host=...``); se
 
 from __future__ import annotations
 
-import argparse
 import difflib
 import os
 import re
 import typing
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from gymflow.cli.gym_config import Override, apply_override, holds, leaf_keys, parse_overrides, read_yaml
+from gymflow.conf.overrides import Override, apply_override, holds, leaf_keys, parse_overrides, read_yaml
 from gymflow.config import SHARED_KEYS, GymflowConfig
 from gymflow.errors import UsageError
 from gymflow.frozen import FrozenDict, freeze
@@ -42,11 +40,8 @@ __all__ = [
     "USER_CONFIG_ENV",
     "Composed",
     "compose",
-    "configure_storage",
-    "flags_given",
     "hint",
     "load_config",
-    "prepare_prefect",
     "run_context",
 ]
 
@@ -188,11 +183,6 @@ def describe(exc: ValidationError, composed: Composed, model: type[BaseModel] | 
         suffix = f" in {source}" if source and source != FLAG else ""
         problems.append(f"{key or '<config>'} ({error['msg']}){suffix}")
     return f"invalid configuration: {'; '.join(problems)}."
-
-
-def flags_given(args: argparse.Namespace, keys: Mapping[str, str]) -> dict[str, Any]:
-    """Config key -> value of each flag (argparse destination in ``keys``) given on the command line."""
-    return {key: getattr(args, dest) for dest, key in keys.items() if getattr(args, dest, None) is not None}
 
 
 def _compose_packaged(name: str, choices: Sequence[Override]) -> dict[str, Any]:
@@ -387,16 +377,6 @@ def load_config(overrides: Sequence[str] = ()) -> GymflowConfig:
     return compose("gymflow", overrides=overrides).settings
 
 
-def prepare_prefect(settings: GymflowConfig, verbose: bool) -> None:
-    """Prefect's environment from the shared settings (before Prefect is imported): the local
-    server's port as ``PREFECT_SERVER_API_PORT`` unless that is set already."""
-    from gymflow.flows import _environment
-
-    if settings.prefect.port is not None:
-        os.environ.setdefault("PREFECT_SERVER_API_PORT", str(settings.prefect.port))
-    _environment.prepare(settings.prefect, verbose)
-
-
 def run_context(composed: Composed) -> RunContext:
     """The run context of the command: its storage options, its resolved config (redacted) for
     every provenance record, its runner settings."""
@@ -404,20 +384,11 @@ def run_context(composed: Composed) -> RunContext:
 
     settings = composed.settings
     return RunContext(
-        storage_options=storage_options(settings), config=composed.record(), runner=settings.runner
+        storage_options=storage_options(settings),
+        config=composed.record(),
+        runner=settings.runner,
+        lineage=settings.openlineage,
     )
-
-
-_COMMAND_SCOPE = ExitStack()
-"""The storage scope of the command this process runs, closed by :func:`close_command_scope`."""
-
-
-def configure_storage(settings: GymflowConfig) -> None:
-    """``storage.options`` and ``storage.timeout_s`` in force for the rest of the command (the
-    checks the CLI makes before the run; the run itself enters its :class:`RunContext`)."""
-    from gymflow import storage
-
-    _COMMAND_SCOPE.enter_context(storage.using(storage_options(settings)))
 
 
 def storage_options(settings: GymflowConfig) -> dict[str, Any]:
@@ -426,8 +397,3 @@ def storage_options(settings: GymflowConfig) -> dict[str, Any]:
     from gymflow.frozen import thaw
 
     return storage_faults.with_timeout_s(thaw(settings.storage.options), settings.storage.timeout_s)
-
-
-def close_command_scope() -> None:
-    """Leave the storage scope of the command that just ended (``gymflow.cli.main``)."""
-    _COMMAND_SCOPE.close()
