@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import threading
@@ -11,6 +12,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 from gymflow.cli.logs import configure_logging
@@ -45,6 +47,24 @@ _FLAGS = {
     "max_attempts": "verify_max_attempts",
     "server_metrics": "server_metrics",
     "allow_outside_manifest": "allow_outside_manifest",
+    "search_dir": "search_dirs",
+}
+
+# NeMo Gym 0.7.0's component selectors that name a config file: flag -> (parent directory, configs
+# directory inside the component, default flavor; None: the component's own name).
+_SELECTORS = {
+    "environment": ("environments", "", "config"),
+    "resources_server": ("resources_servers", "configs", None),
+}
+
+# 0.7.0's flags that gymflow has no such thing for: one line each, why.
+_REFUSED = {
+    "benchmark": "--benchmark is not supported: gymflow re-verifies stored rollouts of any benchmark "
+    "without composing its config (benchmark configs chain others through NeMo Gym's config_paths and "
+    "_inherit_from); give the benchmark's resources server with --resources-server or --config",
+    "model_type": "--model-type is not supported: gymflow serves no policy model (reverify re-scores "
+    "stored responses) and starts resources servers only; a judge model they call must already run, "
+    "its block given with --config",
 }
 
 
@@ -80,6 +100,26 @@ def register(eval_commands: argparse._SubParsersAction) -> None:  # type: ignore
     _flag(parser, "--append", help="with --judge-failed-only: add to an existing output")
     _flag(parser, "--server-metrics", help="compute aggregate metrics on the resources server")
     _flag(parser, "--allow-outside-manifest", help="ATIF: allow trajectories outside the manifest directory")
+    parser.add_argument(
+        "--environment",
+        action="append",
+        metavar="NAME",
+        help="load environments/NAME/config.yaml (NAME/FLAVOR: FLAVOR.yaml); repeatable",
+    )
+    parser.add_argument(
+        "--resources-server",
+        action="append",
+        metavar="NAME",
+        help="load resources_servers/NAME/configs/NAME.yaml (NAME/FLAVOR: FLAVOR.yaml); repeatable",
+    )
+    parser.add_argument(
+        "--search-dir",
+        action="append",
+        metavar="DIR",
+        help="extra root searched first for --environment/--resources-server configs; repeatable",
+    )
+    for refused in ("--benchmark", "--model-type"):
+        parser.add_argument(refused, action="append", metavar="NAME", help=argparse.SUPPRESS)
     _flag(parser, "--direct", help="run in-process, without Prefect")
     _flag(parser, "-v", "--verbose", help="show Prefect's and gymflow's logs")
     parser.set_defaults(handler=partial(run, parser))
@@ -87,14 +127,88 @@ def register(eval_commands: argparse._SubParsersAction) -> None:  # type: ignore
 
 def build_options(args: argparse.Namespace, extras: Sequence[str]) -> tuple[Any, Mapping[str, Any], Composed]:
     """Flags + ``--config`` files + overrides -> (ReverifyOptions, the frozen Gym config, the
-    composed config)."""
+    composed config). ``--environment``/``--resources-server`` add the config files they name
+    (after the ``--config`` ones, as 0.7.0 merges them), found under the search roots."""
     from gymflow.reverify import CONFIG_KEYS
 
-    composed = compose(
-        "reverify", flags=flags_given(args, _FLAGS), overrides=split_overrides(extras), gym_files=True
-    )
+    for dest, line in _REFUSED.items():
+        if getattr(args, dest, None):
+            raise UsageError(line)
+    flags = flags_given(args, _FLAGS)
+    overrides = split_overrides(extras)
+    composed = compose("reverify", flags=flags, overrides=overrides, gym_files=True)
+    if any(getattr(args, dest, None) for dest in _SELECTORS):
+        roots = _search_roots(composed.data.get("search_dirs") or ())
+        named = [
+            _selected_config(dest, value, roots) for dest in _SELECTORS for value in getattr(args, dest) or ()
+        ]
+        paths = [str(path) for path in composed.data.get("config_paths") or ()]
+        flags["config_paths"] = [*paths, *(path for path in named if path not in paths)]
+        composed = compose("reverify", flags=flags, overrides=overrides, gym_files=True)
     values = {key: composed.data.get(key) for key in CONFIG_KEYS}
     return reverify_options(composed, values), composed.gym_config(), composed
+
+
+def _search_roots(search_dirs: Sequence[str]) -> list[Path]:
+    """0.7.0's component roots, first wins: ``search_dirs`` (``--search-dir``), then
+    ``$NEMO_GYM_EXTRA_ROOTS``, the working directory and the directory an installed ``nemo_gym``
+    package sits in (its built-in components)."""
+    import importlib.util
+
+    roots = [Path(d) for d in search_dirs]
+    roots += [Path(d) for d in os.environ.get("NEMO_GYM_EXTRA_ROOTS", "").split(os.pathsep) if d]
+    roots.append(Path.cwd())
+    try:
+        spec = importlib.util.find_spec("nemo_gym")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is not None and spec.origin:
+        roots.append(Path(spec.origin).parent.parent)
+    unique: dict[Path, Path] = {}
+    for root in roots:
+        unique.setdefault(root.resolve(), root)
+    return list(unique.values())
+
+
+def _selected_config(dest: str, value: str, roots: Sequence[Path]) -> str:
+    """The config file ``--environment``/``--resources-server`` VALUE names (``NAME`` or
+    ``NAME/FLAVOR``), from the first root that holds it."""
+    parent, configs, default = _SELECTORS[dest]
+    name, _, flavor = str(value).partition("/")
+    relative = Path(parent, name, configs, f"{flavor or default or name}.yaml")
+    candidates = [relative]
+    if dest == "environment" and flavor:
+        candidates.insert(0, Path(parent, value, "config.yaml"))
+    flag = "--" + dest.replace("_", "-")
+    for root in roots:
+        for candidate in candidates:
+            path = root / candidate
+            if path.is_file():
+                _refuse_chained(flag, value, path)
+                return str(path)
+    where = ", ".join(str(root) for root in roots)
+    raise UsageError(f"{flag} {value}: no config {relative} under {where} (add a root with --search-dir)")
+
+
+def _refuse_chained(flag: str, value: str, path: Path) -> None:
+    """A config that pulls in others (``config_paths``) or inherits blocks (``_inherit_from``)
+    needs NeMo Gym's composition, which gymflow does not do: refused rather than half read."""
+    import yaml
+
+    try:
+        loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return  # composition reads it again and names the problem
+    if not isinstance(loaded, Mapping):
+        return
+    chained = "config_paths" in loaded or any(
+        isinstance(block, Mapping) and "_inherit_from" in block for block in loaded.values()
+    )
+    if chained:
+        raise UsageError(
+            f"{flag} {value}: {path} composes other configs (NeMo Gym's config_paths or _inherit_from), "
+            "which gymflow does not follow; give the composed resources-server blocks with --config"
+        )
 
 
 def _echo(line: str) -> None:

@@ -44,31 +44,45 @@ class ReverifyOutcome:
     unsafe_servers: list[str] = field(default_factory=list)
 
 
-def _sort_file(path: str) -> int:
-    """Rewrite a local JSONL file in key order (stable, blank lines dropped); the row count."""
+def _sort_file(path: str, start: int = 0) -> int:
+    """Rewrite a local JSONL file in key order (stable, blank lines dropped); the row count.
+
+    Only the lines from byte ``start`` on are sorted: the bytes before it (what an ``--append``
+    output held before this run) are kept as they are, in place (§3.10 point 3)."""
     if not os.path.isfile(path):
         return 0
     spans: list[tuple[tuple[float, float], int, int]] = []
+    kept = 0
     with open(path, "rb") as handle:
         offset = 0
         for line in handle:
-            if line.strip():
+            if offset < start:
+                kept += bool(line.strip())
+            elif line.strip():
                 key = _key_of_line(line)
                 spans.append((key if key is not None else _LAST, offset, len(line)))
             offset += len(line)
     ordered = sorted(spans, key=lambda span: span[0])
-    if ordered == spans and offset == sum(span[2] for span in spans) and _ends_with_newline(path, offset):
-        return len(spans)
+    whole = offset - start == sum(span[2] for span in spans)
+    if ordered == spans and whole and (offset == start or _ends_with_newline(path, offset)):
+        return kept + len(spans)
 
     def lines() -> Iterator[bytes]:
         with open(path, "rb") as source:
-            for _, start, length in ordered:
-                source.seek(start)
+            remaining = start
+            while remaining:
+                block = source.read(min(storage.CHUNK_SIZE, remaining))
+                if not block:
+                    break
+                remaining -= len(block)
+                yield block
+            for _, begin, length in ordered:
+                source.seek(begin)
                 data = source.read(length)
                 yield data if data.endswith(b"\n") else data + b"\n"
 
     storage.write_atomic_lines(path, lines())
-    return len(spans)
+    return kept + len(spans)
 
 
 class _KeyFields(msgspec.Struct):
@@ -261,9 +275,12 @@ def _record(plan: ReverifyPlan, metrics: str | None, data: bytes | None, ctx: Ru
 def finish(plan: ReverifyPlan, echo: Echo, ctx: RunContext | None = None) -> ReverifyOutcome:
     """Sort the outputs, aggregate, print the banner, write the record; releases the plan."""
     try:
+        # With --append the rows the files held before this run stay as they were, first; only
+        # the rows this run appended are put in key order after them.
+        starts = plan.starts if plan.options.append else {}
         plan.close_files()
-        rows = _sort_file(plan.paths.local_output)
-        _sort_file(plan.paths.local_sidecar)
+        rows = _sort_file(plan.paths.local_output, starts.get("output", 0))
+        _sort_file(plan.paths.local_sidecar, starts.get("sidecar", 0))
         plan.paths.publish()
         metrics: str | None = None
         data: bytes | None = None

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gymflow.errors import UsageError
 
@@ -40,6 +40,20 @@ class ReverifyOptions(BaseModel):
     )
     server_start_timeout_s: float = Field(default=120.0, gt=0, description="wait for a launched server")
     config_paths: tuple[str, ...] = Field(default=(), description="Gym config files (provenance)")
+    search_dirs: tuple[str, ...] = Field(
+        default=(), description="extra roots for Gym components (--search-dir)"
+    )
+    upload_rollouts: bool = Field(default=False, description="0.7.0's exporter upload: only false")
+
+    @field_validator("upload_rollouts")
+    @classmethod
+    def _no_exporters(cls, value: bool) -> bool:
+        if value:
+            raise ValueError(
+                "upload_rollouts=true is not supported: gymflow has no rollout exporters (W&B and the "
+                "others NeMo Gym uploads to); the re-verified rollouts are the --output file"
+            )
+        return value
 
     @model_validator(mode="after")
     def _cross_field(self) -> ReverifyOptions:
@@ -111,9 +125,10 @@ def _describe(exc: ValidationError) -> str:
 def options_from_config(values: Mapping[str, Any]) -> ReverifyOptions:
     """Validate the command's keys; :class:`UsageError` with the messages of §1."""
     data = {key: values[key] for key in CONFIG_KEYS if key in values and values[key] is not None}
-    if "config_paths" in data and isinstance(data["config_paths"], list | str):
-        paths = data["config_paths"]
-        data["config_paths"] = (paths,) if isinstance(paths, str) else tuple(paths)
+    for name in ("config_paths", "search_dirs"):
+        if name in data and isinstance(data[name], list | str):
+            paths = data[name]
+            data[name] = (paths,) if isinstance(paths, str) else tuple(paths)
     try:
         return ReverifyOptions.model_validate(data)
     except ValidationError as exc:

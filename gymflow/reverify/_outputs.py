@@ -136,6 +136,7 @@ class Appender:
         flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
         self.fd: int | None = _opened(path, url, lambda: os.open(path, flags, 0o644))
         self.size = os.fstat(self.fd).st_size
+        self.start = self.size  # what the file held before this run appended to it
         self.rows = _count_rows(path, self.size) if self.size else 0
         self.pending: list[bytes] = []
         self.error: StorageError | None = None

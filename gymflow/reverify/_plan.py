@@ -115,6 +115,9 @@ class ReverifyPlan:
     resume: ResumeCounts | None = None
     stack: ExitStack = field(default_factory=ExitStack)
     files: dict[str, Appender] = field(default_factory=dict)
+    starts: dict[str, int] = field(default_factory=dict)
+    """Per file (``output``, ``sidecar``), its size when this run opened it: with ``--append``,
+    the bytes before it are the user's and stay as they are."""
 
     @property
     def mode(self) -> str:
@@ -370,6 +373,7 @@ def _open_plan(
     if options.resume_from_cache:
         unmatched = _resume(plan, unmatched, echo, warn)
     plan.files = open_outputs(paths, warn)
+    plan.starts = {name: handle.start for name, handle in plan.files.items()}
     if options.judge_failed_only:
         assert options.rollouts_jsonl_fpath is not None
         tally.seeded = seed(

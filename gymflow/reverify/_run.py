@@ -32,6 +32,7 @@ from gymflow.reverify._options import ReverifyOptions
 from gymflow.reverify._plan import Echo, ReverifyPlan, Routed, prepare
 from gymflow.reverify._results import Destination
 from gymflow.reverify._verify import BatchResult, OnRow, record_batch, record_row, verify_batch
+from gymflow.reverify.launch import server_block
 from gymflow.run_context import RunContext
 
 __all__ = ["BATCH_ROWS", "FailedRows", "Progress", "run_reverify"]
@@ -72,13 +73,39 @@ def _verify(job: BatchJob) -> BatchResult:
 
 
 def _batch_key(job: BatchJob) -> str:
+    """The batch's rows (their content keys: input bytes and the verifier's configuration) and
+    the verifier that scores them: per routed server its address, its settings (the config hash of
+    provenance, launch recipe included) and the mode it reported. A server moved to another port,
+    or a different server at the configured one, is another verifier, so its rows are verified
+    again. A server gymflow launches on a port it picks is named by its configured host and its
+    launch recipe, so a rerun still finds the batches of the previous launch. The output location
+    is not part of the key: a stored batch is written into whichever output the run has."""
     if not isinstance(job.rows, Sequence):
         raise TypeError("a cached batch must hold its rows")
-    settings = {"retry_invalid_judge_responses": job.plan.options.retry_invalid_judge_responses}
+    plan = job.plan
+    settings = {"retry_invalid_judge_responses": plan.options.retry_invalid_judge_responses}
     sources = [("row", routed.reverify_key) for routed in job.rows]
-    return "reverify-batch-" + provenance.cache_key("task:reverify-batch", settings, sources).removeprefix(
-        "sha256:"
-    )
+    verifier = {
+        name: {
+            "address": _address(plan, name),
+            "config_sha256": plan.verifier_hashes.get(name),
+            "reverify_mode": plan.modes.get(name),
+        }
+        for name in sorted({routed.server for routed in job.rows})
+    }
+    key = provenance.cache_key("task:reverify-batch", settings, sources, verifier)
+    return "reverify-batch-" + key.removeprefix("sha256:")
+
+
+def _address(plan: ReverifyPlan, name: str) -> str:
+    """Where the server ``name`` is: its URL, or for a server gymflow launched on a port it picked,
+    the configured address (host only)."""
+    url = plan.urls[name]
+    try:
+        configured = server_block(plan.gym_config, name)
+    except GymflowError:
+        return url
+    return configured.url if configured.port is None and configured.launchable else url
 
 
 def _finish(job: tuple[ReverifyPlan, Echo, RunContext]) -> ReverifyOutcome:
