@@ -61,9 +61,11 @@ def test_changing_one_shard_reruns_only_its_scan(tmp_path: Path, capsys: pytest.
     assert _scan_states(_aggregate_run_id(run)) == ["Cached", "Completed"]
 
 
-def test_the_logs_tab_holds_the_warnings_the_console_prints(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_the_logs_tab_holds_the_warnings_the_console_prints(tmp_path: Path) -> None:
+    """gymflow's own warnings (here: missing rollouts) reach the flow run's logs in the
+    orchestrator, not only the console (a command in a process of its own, as a user runs it)."""
+    import subprocess
+    import sys
     import time
 
     from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
@@ -71,8 +73,12 @@ def test_the_logs_tab_holds_the_warnings_the_console_prints(
     run = tmp_path / "run"
     shutil.copytree(EXAMPLE / "shards", run / "shards")
     args = ["eval", "aggregate", "-i", str(run / "shards" / "*.jsonl"), "-o", str(run / "rollouts.jsonl")]
-    assert main(args) == 0
-    assert "Flow run: http" in capsys.readouterr().err
+    done = subprocess.run(
+        [sys.executable, "-m", "gymflow.cli", *args], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert "repeat(s) are missing rollouts" in done.stderr  # on the console
+    assert "Flow run: http" in done.stderr
     flow_run_id = _aggregate_run_id(run)
     deadline = time.monotonic() + 30
     messages: list[str] = []

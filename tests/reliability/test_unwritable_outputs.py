@@ -199,7 +199,7 @@ def local_prefect_server() -> None:
     assert subprocess.run(ui, capture_output=True, text=True, timeout=180, check=False).returncode == 0
 
 
-@pytest.mark.parametrize("kind", ["read-only", "directory"])
+@pytest.mark.parametrize("kind", ["read-only"])
 @pytest.mark.parametrize("command", COMMANDS)
 def test_the_same_one_line_in_the_default_mode(
     command: str,
