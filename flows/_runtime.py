@@ -28,7 +28,7 @@ from prefect.settings import (
 )
 from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 
-from gymflow import provenance
+from gymflow import lifeline, provenance
 from gymflow.config import RunnerConfig
 from gymflow.errors import GymflowError
 from gymflow.flows import _environment, _server
@@ -114,24 +114,12 @@ def crash_orphans() -> int:
     with get_client(sync_client=True) as client:
         for run in client.read_flow_runs(flow_run_filter=running, limit=200):
             owner = run.infrastructure_pid or ""
-            if not owner.startswith(mine) or _alive(int(owner.removeprefix(mine) or 0)):
+            if not owner.startswith(mine) or lifeline.alive(int(owner.removeprefix(mine) or 0)):
                 continue
             message = f"the gymflow process that ran it ({owner.removeprefix(_OWNER_PREFIX)}) is gone"
             client.set_flow_run_state(run.id, Crashed(message=message), force=True)
             marked += 1
     return marked
-
-
-def _alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def run_flow(flow: Flow[..., R], ctx: RunContext, workers: int, **parameters: Any) -> tuple[R, str]:

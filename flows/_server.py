@@ -33,6 +33,7 @@ from typing import Literal, TextIO
 
 import httpx
 
+from gymflow import lifeline
 from gymflow.errors import GymflowError
 
 DEFAULT_PORT = 4200
@@ -183,20 +184,10 @@ def _start_time(pid: int) -> str | None:
     return shown.stdout.strip() or None
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _is_ours(record: Record) -> bool:
     """Whether the recorded process still runs (the same process, not a reused pid) and was
     started for this home."""
-    if record.home != str(home().resolve()) or not _alive(record.pid):
+    if record.home != str(home().resolve()) or not lifeline.alive(record.pid):
         return False
     return record.started is None or _start_time(record.pid) == record.started
 
@@ -231,7 +222,7 @@ def _forget(record: Record | None) -> None:
         return
     except ValueError:
         named = None
-    if named is None or (record is not None and named == record.pid) or not _alive(named):
+    if named is None or (record is not None and named == record.pid) or not lifeline.alive(named):
         (where / PID_FILE).unlink(missing_ok=True)
 
 
@@ -443,12 +434,12 @@ def _terminate(pid: int, grace_s: float = 10.0) -> None:
         else:
             os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline and _alive(pid):
+    while time.monotonic() < deadline and lifeline.alive(pid):
         with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, os.WNOHANG)
         time.sleep(0.1)
     with contextlib.suppress(ProcessLookupError, PermissionError):
-        if _alive(pid):
+        if lifeline.alive(pid):
             os.killpg(pid, signal.SIGKILL)
     for process in [launched for launched in _LAUNCHED if launched.pid == pid]:
         with contextlib.suppress(subprocess.TimeoutExpired):

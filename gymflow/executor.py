@@ -19,7 +19,7 @@ from typing import Generic, Protocol, TypeVar
 from gymflow import parallel
 from gymflow.run_context import RunContext
 
-__all__ = ["Done", "Executor", "LocalExecutor", "Step", "in_context"]
+__all__ = ["Done", "Executor", "LocalExecutor", "Step", "in_context", "in_order"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -96,6 +96,16 @@ def in_context(ctx: RunContext, function: Callable[[T], R], item: T) -> R:
         return function(item)
 
 
+def in_order(run: Callable[[T], R], items: Sequence[T], done: Done[T, R] | None = None) -> list[R]:
+    """``[run(item) for item in items]`` here, ``done`` called after each."""
+    results: list[R] = []
+    for item in items:
+        results.append(run(item))
+        if done is not None:
+            done(item, results[-1])
+    return results
+
+
 class LocalExecutor:
     """Steps in this process, and CPU-bound maps in up to ``workers`` core-only processes (started
     on first use, stopped when the ``with`` block ends; serially when a pool cannot run)."""
@@ -120,12 +130,7 @@ class LocalExecutor:
         run: Callable[[T], R] = partial(in_context, self._ctx, step.function)
         if step.cpu:
             return self._pool.map(run, items, done=done)
-        results: list[R] = []
-        for item in items:
-            results.append(run(item))
-            if done is not None:
-                done(item, results[-1])
-        return results
+        return in_order(run, items, done)
 
     def call(self, step: Step[T, R], item: T) -> R:
         return in_context(self._ctx, step.function, item)

@@ -31,6 +31,7 @@ __all__ = [
     "Kept",
     "add_cleanup",
     "add_kept",
+    "alive",
     "clear_kept",
     "ensure_watchdog",
     "kept",
@@ -159,6 +160,19 @@ def worker_init(parent: int | None = None) -> None:
     # Started with SIGINT blocked (gymflow.parallel): now that it is ignored, a pending one is dropped.
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     watch_parent()
+
+
+def alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists (one of another user's counts: it cannot be signalled)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def worker_initargs() -> tuple[int]:

@@ -28,7 +28,7 @@ from prefect.utilities.annotations import quote
 
 from gymflow import parallel, storage
 from gymflow.errors import InputError, StorageError, StorageTimeout, UsageError
-from gymflow.executor import Done, Step, in_context
+from gymflow.executor import Done, Step, in_context, in_order
 from gymflow.run_context import RunContext
 
 T = TypeVar("T")
@@ -128,12 +128,7 @@ class PrefectExecutor:
             run: Callable[[T], R] = partial(in_context, self.ctx, step.function)
             if self._pool is not None and step.cpu:
                 return self._pool.map(run, items, done=done)
-            here: list[R] = []
-            for item in items:
-                here.append(run(item))
-                if done is not None:
-                    done(item, here[-1])
-            return here
+            return in_order(run, items, done)
         submit = self._task(step, submitted=True)
         # Quoted, Prefect does not walk an item looking for futures; but a quoted argument reaches
         # a Dask worker as a bare tuple, so remote items (small data) go as they are.
