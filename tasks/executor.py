@@ -80,13 +80,13 @@ class PrefectExecutor:
         self.ctx = ctx
         self._pool = pool
         self.same_machine = not remote
-        self._tasks: dict[tuple[str, bool], Task[..., Any]] = {}
+        self._tasks: dict[tuple[Step[Any, Any], bool], Task[..., Any]] = {}
 
     def locate(self, path: str) -> str:
         return path if self.same_machine else storage.to_uri(path)
 
     def _task(self, step: Step[T, R], submitted: bool) -> Task[..., R]:
-        key = (f"{step.name}:{step.refresh}:{step.lineage}", submitted)
+        key = (step, submitted)  # a Step is frozen data: two variants of one step are two tasks
         if key in self._tasks:
             return self._tasks[key]
         ctx, function = self.ctx, step.function
