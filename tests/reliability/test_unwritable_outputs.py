@@ -113,6 +113,16 @@ def resources_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serve
         server.stop()
 
 
+def _inputs(tmp_path: Path, server: ServerProcess, rows: int, tasks: int) -> tuple[Path, Path]:
+    """Every command's inputs under ``tmp_path/src`` and a Gym config for ``server``."""
+    src = tmp_path / "src"
+    write_rows(src / "rollouts.jsonl", health_rows(rows, padding=200))
+    materialized, rollouts = mcqa_rows(tasks, 2)
+    write_rows(src / "inputs.jsonl", materialized)
+    write_rows(src / "mcqa.jsonl", rollouts)
+    return src, write_gym_config(tmp_path / "gym.yaml", {"mcqa": server})
+
+
 def _args(command: str, place: Place, src: Path, gym: Path) -> list[str]:
     rollouts = src / "rollouts.jsonl"
     if command == "aggregate":
@@ -166,12 +176,7 @@ def test_an_output_location_that_cannot_be_written_is_one_line(
     resources_server: ServerProcess,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    src = tmp_path / "src"
-    write_rows(src / "rollouts.jsonl", health_rows(60, padding=200))
-    materialized, rollouts = mcqa_rows(20, 2)
-    write_rows(src / "inputs.jsonl", materialized)
-    write_rows(src / "mcqa.jsonl", rollouts)
-    gym = write_gym_config(tmp_path / "gym.yaml", {"mcqa": resources_server})
+    src, gym = _inputs(tmp_path, resources_server, rows=60, tasks=20)
     place = Place(tmp_path / "places", kind, src / "rollouts.jsonl")
     try:
         capsys.readouterr()
@@ -211,12 +216,7 @@ def test_the_same_one_line_in_the_default_mode(
 ) -> None:
     """Orchestrated (Prefect) runs fail with the same one line as ``--direct``, at once (a path
     that cannot be written is not retried)."""
-    src = tmp_path / "src"
-    write_rows(src / "rollouts.jsonl", health_rows(20, padding=100))
-    materialized, rollouts = mcqa_rows(5, 2)
-    write_rows(src / "inputs.jsonl", materialized)
-    write_rows(src / "mcqa.jsonl", rollouts)
-    gym = write_gym_config(tmp_path / "gym.yaml", {"mcqa": resources_server})
+    src, gym = _inputs(tmp_path, resources_server, rows=20, tasks=5)
     place = Place(tmp_path / "places", kind, src / "rollouts.jsonl")
     try:
         capsys.readouterr()

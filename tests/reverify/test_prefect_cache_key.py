@@ -12,14 +12,7 @@ import pytest
 from gymflow.cli import main
 from tests.reverify.cases import write_jsonl
 from tests.reverify.server_process import ServerProcess, mcqa_rows, write_gym_config
-
-
-def _args(root: Path, config: Path, output: Path, *extra: str) -> list[str]:
-    return [
-        "eval", "reverify", "--config", str(config),
-        "--inputs", str(root / "inputs.jsonl"), "--rollouts", str(root / "rollouts.jsonl"),
-        "--output", str(output), *extra,
-    ]  # fmt: skip
+from tests.reverify.test_prefect import _args
 
 
 def test_batch_cache_names_the_server_and_its_settings(
