@@ -41,6 +41,18 @@ def _stop_local_prefect_server() -> Iterator[None]:
 
 
 @pytest.fixture(autouse=True)
+def _environment_restored() -> Iterator[None]:
+    """A command run in this process sets environment variables for itself (``gymflow -v`` sets
+    ``PREFECT_LOGGING_LEVEL=INFO``); a later test's subprocesses would inherit them, so what a test
+    sees depended on which tests ran before it in the same worker."""
+    saved = dict(os.environ)
+    yield
+    if dict(os.environ) != saved:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+@pytest.fixture(autouse=True)
 def _no_prefect_console_on_root() -> Iterator[None]:
     """Once a test ran a flow in this process, Prefect's logging config has put a console handler
     bound to that test's captured stderr on the root logger; a later test's warnings would then
