@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gymflow.health import HealthOptions, row_key, run_health, verdict_key
+from gymflow.health import HealthOptions, SortKey, row_key, run_health, verdict_key
 from tests.health.builders import line, record
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "run" / "rollouts.jsonl"
@@ -34,8 +34,8 @@ _ODD_IDENTITIES = [
 ]
 
 
-def _keys_of(path: Path) -> list[tuple[object, ...]]:
-    keys = []
+def _keys_of(path: Path) -> list[SortKey]:
+    keys: list[SortKey] = []
     ordinal = 0
     for number, raw in enumerate(path.read_bytes().splitlines(keepends=True), start=1):
         key = row_key(raw, number, ordinal)
