@@ -140,18 +140,23 @@ def _verdicts(url: str) -> dict[SortKey, bool | deque[bool]]:
     return out
 
 
-def _healthy_lines(options: HealthyOptions, counts: list[int]) -> Iterator[bytes]:
-    """The lines of the rollouts whose verdict is healthy, in order; ``counts`` gets the number of
-    rows and of healthy rows."""
+@dataclass
+class _Counts:
+    rows: int = 0
+    healthy: int = 0
+
+
+def _healthy_lines(options: HealthyOptions, counts: _Counts) -> Iterator[bytes]:
+    """The lines of the rollouts whose verdict is healthy, in order, counting rows and healthy
+    rows into ``counts``."""
     verdicts = _verdicts(options.verdicts)
-    rows = healthy = 0
     line_number = 0
     for _, line in storage.iter_lines(options.rollouts):
         line_number += 1
-        key = row_key(line, line_number, rows)
+        key = row_key(line, line_number, counts.rows)
         if key is None:
             continue
-        rows += 1
+        counts.rows += 1
         known = verdicts.get(key)
         if isinstance(known, deque):
             verdict = known.popleft()
@@ -166,14 +171,13 @@ def _healthy_lines(options: HealthyOptions, counts: list[int]) -> Iterator[bytes
             verdict = known
             del verdicts[key]
         if verdict:
-            healthy += 1
+            counts.healthy += 1
             yield line if line.endswith(b"\n") else line + b"\n"
     if verdicts:
         raise InputError(
             f"{options.verdicts} judges rows that {options.rollouts} does not hold; "
             "health-check these rollouts again"
         )
-    counts[:] = [rows, healthy]
 
 
 @dataclass(frozen=True)
@@ -187,14 +191,14 @@ def _score(options: HealthyOptions) -> _Scored:
     """Stream the healthy rows into a scratch file and score it as ``eval aggregate`` scores a
     shard."""
     scoring = options.scoring
-    counts = [0, 0]
+    counts = _Counts()
     with scratch.temporary_dir("healthy") as directory:
         shard = os.path.join(directory, "healthy.jsonl")
         with open(shard, "wb", buffering=2**20) as handle:
             handle.writelines(_healthy_lines(options, counts))
         reduction, _ = merge_and_reduce([scan_part(shard, 0, scoring, None)], scoring)
         apply_server_metrics(reduction, scoring, [shard])
-    return _Scored(reduction, counts[0], counts[1])
+    return _Scored(reduction, counts.rows, counts.healthy)
 
 
 _WriteJob = tuple[HealthyOptions, Reduction, Digests, RunContext, str]
