@@ -4,9 +4,9 @@
 ``ng_trajectory``) -> health-check -> the merged rollouts' metrics over the healthy ones
 (:mod:`gymflow.healthy`, when aggregate merged shards) -> reverify (when configured).
 ``eval aggregate``: aggregate -> health-check (aggregate.md §1.8). Each step is one command's
-runner, called with the :class:`Runner`'s context and executor: :func:`direct_runner` runs them in this process; the
-Prefect flows pass the Prefect executor, so the sequence below is the same in both paths and a
-Prefect run is a Prefect run all the way down.
+runner, called with the :class:`Runner`'s context and executor: :func:`direct_runner` runs them
+in this process; the Prefect flows pass the Prefect executor, so the sequence below is the same
+in both paths and a Prefect run is a Prefect run all the way down.
 """
 
 from __future__ import annotations
