@@ -62,7 +62,7 @@ def publish_healthy(outcome: HealthyOutcome) -> None:
     reports = {"healthy aggregate metrics": outcome.output, "provenance": outcome.record_path}
     markdown = "\n".join([*rows, "", f"Rows whose health verdict is healthy only; {state}."])
     publish(
-        "eval-post-healthy-metrics",
+        "healthy-metrics",  # not "eval-post-…": those keys are the post run's own
         outcome.output,
         markdown,
         record_inputs(outcome.record_path),

@@ -90,7 +90,8 @@ def test_post_writes_the_metrics_of_the_healthy_rollouts(
         markdown = [a.data for a in _artifacts(_flow_run_id(out)) if a.type == "markdown"]
         post_summary = next(data for data in markdown if data.startswith("# eval post"))
         assert line in post_summary and "healthy-metrics: ran" in post_summary
-        assert any(data.startswith("# metrics over healthy rollouts") for data in markdown)
+        own = [a.key for a in _artifacts(_flow_run_id(out)) if a.data.startswith("# metrics over healthy")]
+        assert len(own) == 1 and own[0].startswith("healthy-metrics-")  # not one of eval-post's keys
         assert any(written.as_uri() in data for data in markdown)  # linked
 
     # The same inputs again: nothing recomputed, the same bytes.
