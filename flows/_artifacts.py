@@ -7,6 +7,7 @@ from gymflow import storage
 from gymflow.aggregate import AggregateOutcome
 from gymflow.flows._publish import publish, record_inputs
 from gymflow.health import HealthOutcome
+from gymflow.healthy import HealthyOutcome, rollouts_covered
 from gymflow.join import JoinResult, summary_paragraph
 from gymflow.reverify import ReverifyOutcome
 
@@ -22,7 +23,7 @@ def publish_health(outcome: HealthOutcome, *, tag: bool = True) -> None:
     markdown = "\n".join([f"# eval health-check\n\n**{outcome.console_line}**{state}\n", *rows])
     reports = {
         "quality summary": outcome.summary_url,
-        "rollout verdicts": storage.join(report_dir, "rollout_verdicts.jsonl"),
+        "rollout verdicts": outcome.verdicts_url,
         "provenance": outcome.record_url,
     }
     publish("eval-health-check", report_dir, markdown, record_inputs(outcome.record_url), reports, tag=tag)
@@ -48,6 +49,25 @@ def publish_aggregate(outcome: AggregateOutcome, *, tag: bool = True) -> None:
         record_inputs(outcome.record_path),
         reports,
         tag=tag,
+    )
+
+
+def publish_healthy(outcome: HealthyOutcome) -> None:
+    """The healthy-only metrics of ``eval post`` (a step of its run: never tags it)."""
+    rows = ["# metrics over healthy rollouts", "", "| group | rollouts | key metrics |", "|---|---|---|"]
+    for entry in outcome.entries:
+        shown = ", ".join(f"{name} {value}" for name, value in entry.get("key_metrics", {}).items())
+        rows.append(f"| {entry['agent_ref']['name']} | {rollouts_covered(entry)} | {shown} |")
+    state = "up to date (nothing recomputed)" if outcome.up_to_date else "computed"
+    reports = {"healthy aggregate metrics": outcome.output, "provenance": outcome.record_path}
+    markdown = "\n".join([*rows, "", f"Rows whose health verdict is healthy only; {state}."])
+    publish(
+        "healthy-metrics",  # not "eval-post-…": those keys are the post run's own
+        outcome.output,
+        markdown,
+        record_inputs(outcome.record_path),
+        reports,
+        tag=False,
     )
 
 
@@ -101,3 +121,5 @@ def publish_outcome(outcome: object) -> None:
         publish_join(outcome, tag=False)
     elif isinstance(outcome, ReverifyOutcome):
         publish_reverify(outcome, tag=False)
+    elif isinstance(outcome, HealthyOutcome):
+        publish_healthy(outcome)

@@ -1,11 +1,12 @@
 """The one place that chains commands.
 
 ``eval post RUN``: aggregate (when the run has shards) -> join (when rows carry raw capture but no
-``ng_trajectory``) -> health-check -> reverify (when configured). ``eval aggregate``: aggregate ->
-health-check (aggregate.md §1.8). Each step is one command's runner, called with the
-:class:`Runner`'s context and executor: :func:`direct_runner` runs them in this process; the
-Prefect flows pass the Prefect executor, so the sequence below is the same in both paths and a
-Prefect run is a Prefect run all the way down.
+``ng_trajectory``) -> health-check -> the merged rollouts' metrics over the healthy ones
+(:mod:`gymflow.healthy`, when aggregate merged shards) -> reverify (when configured).
+``eval aggregate``: aggregate -> health-check (aggregate.md §1.8). Each step is one command's
+runner, called with the :class:`Runner`'s context and executor: :func:`direct_runner` runs them
+in this process; the Prefect flows pass the Prefect executor, so the sequence below is the same
+in both paths and a Prefect run is a Prefect run all the way down.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from gymflow.errors import GymflowError
 from gymflow.executor import Executor
 from gymflow.frozen import FrozenDict, freeze
 from gymflow.health import HealthOptions, HealthOutcome, default_workers
+from gymflow.healthy import HealthyOptions, HealthyOutcome, reward_lines
 from gymflow.join import JoinResult, JoinSettings
 from gymflow.reverify import ReverifyOptions, ReverifyOutcome
 from gymflow.run_context import RunContext
@@ -70,6 +72,13 @@ class Runner:
         from gymflow.health import run_health
 
         outcome = run_health(options, self.ctx, self.executor)
+        self.outcomes.append(outcome)
+        return outcome
+
+    def healthy_metrics(self, options: HealthyOptions) -> HealthyOutcome:
+        from gymflow.healthy import run_healthy_metrics
+
+        outcome = run_healthy_metrics(options, self.ctx, self.executor)
         self.outcomes.append(outcome)
         return outcome
 
@@ -128,6 +137,8 @@ class PipelineSummary:
     verdicts: dict[str, int] = field(default_factory=dict)
     key_metrics: dict[str, dict[str, Any]] = field(default_factory=dict)
     failures: dict[str, int] = field(default_factory=dict)
+    rewards: list[str] = field(default_factory=list)
+    """``mean/reward`` of each group over all rollouts and over the healthy ones."""
 
     def step(self, name: str) -> StepReport | None:
         return next((step for step in self.steps if step.name == name), None)
@@ -143,6 +154,7 @@ class PipelineSummary:
         for label, metrics in self.key_metrics.items():
             shown = ", ".join(f"{name} {value}" for name, value in metrics.items())
             out.append(f"  key metrics of {label}: {shown}")
+        out.extend(f"  {line}" for line in self.rewards)
         if self.failures:
             out.append(
                 "  failures by class: " + ", ".join(f"{n} {c}" for c, n in sorted(self.failures.items()))
@@ -198,6 +210,7 @@ def run_post(options: PostOptions, steps: Runner, echo: Echo) -> PipelineSummary
     summary = PipelineSummary()
     rollouts = options.path(options.rollouts)
     shards = _matching(options.path(options.shards))
+    aggregated: tuple[AggregateOptions, AggregateOutcome] | None = None
 
     if shards:
         base = options.aggregate or AggregateOptions(input_glob="", output="")
@@ -205,6 +218,7 @@ def run_post(options: PostOptions, steps: Runner, echo: Echo) -> PipelineSummary
             base, input_glob=options.path(options.shards), output=rollouts, health_check=False
         )
         outcome = steps.aggregate(aggregate, echo)
+        aggregated = (aggregate, outcome)
         report = StepReport("aggregate", "up to date" if outcome.up_to_date else "ran")
         if outcome.merged:
             report.reports["merged"] = outcome.output
@@ -246,6 +260,7 @@ def run_post(options: PostOptions, steps: Runner, echo: Echo) -> PipelineSummary
         )
     )
     summary.verdicts = dict(health.summary.get("run", {}).get("verdicts", {}))
+    _healthy_metrics(aggregated, health, options.use_cache, steps, summary)
 
     if options.reverify is None:
         summary.steps.append(StepReport("reverify", "skipped", lines=["reverify.enabled is false"]))
@@ -255,6 +270,28 @@ def run_post(options: PostOptions, steps: Runner, echo: Echo) -> PipelineSummary
         for name, count in reverified.tally.failures.items():
             summary.failures[name] = summary.failures.get(name, 0) + count
     return summary
+
+
+def _healthy_metrics(
+    aggregated: tuple[AggregateOptions, AggregateOutcome] | None,
+    health: HealthOutcome,
+    use_cache: bool,
+    steps: Runner,
+    summary: PipelineSummary,
+) -> None:
+    """The merged rollouts' metrics over the healthy ones only (:mod:`gymflow.healthy`)."""
+    if aggregated is None or not aggregated[1].merged:
+        reason = "no shards" if aggregated is None else "rollouts not merged"
+        summary.steps.append(StepReport("healthy-metrics", "skipped", lines=[reason]))
+        return
+    options, outcome = aggregated
+    healthy = steps.healthy_metrics(HealthyOptions(outcome.output, health.verdicts_url, options, use_cache))
+    summary.steps.append(
+        StepReport(
+            "healthy-metrics", "up to date" if healthy.up_to_date else "ran", {"metrics": healthy.output}
+        )
+    )
+    summary.rewards = reward_lines(outcome.entries, healthy.entries)
 
 
 def _reverify_report(outcome: ReverifyOutcome) -> StepReport:

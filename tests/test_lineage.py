@@ -4,6 +4,7 @@ after the record's URIs and versioned by the SHA-256 the provenance record holds
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -20,6 +21,8 @@ from typing import Any
 import pytest
 
 from gymflow import lineage
+from tests.reverify.cases import write_jsonl
+from tests.reverify.server_process import ServerProcess, gym_config, mcqa_rows, start_server, write_gym_config
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -89,7 +92,7 @@ def _expected(entries: list[Mapping[str, Any]]) -> list[tuple[str, str, str]]:
     return [("file", str(e["uri"]).removeprefix("file://"), str(e["sha256"])) for e in entries]
 
 
-def _assert_run(events: list[dict[str, Any]], job: str, end: str) -> dict[str, Any]:
+def _assert_run(events: list[dict[str, Any]], job: str, end: str, kind: str = "direct") -> dict[str, Any]:
     """Two events of one run of ``job``, START then ``end``; the last one."""
     assert [(e["eventType"], e["job"]["name"]) for e in events] == [("START", job), (end, job)]
     start, last = events
@@ -98,7 +101,9 @@ def _assert_run(events: list[dict[str, Any]], job: str, end: str) -> dict[str, A
     assert start["inputs"] == [] and start["outputs"] == []
     assert start["eventTime"] <= last["eventTime"]
     tags = {t["key"]: t["value"] for t in last["run"]["facets"]["tags"]["tags"]}
-    assert tags["gymflow.orchestrator.kind"] == "direct"
+    assert tags["gymflow.orchestrator.kind"] == kind
+    if kind == "prefect":
+        assert tags["gymflow.orchestrator.flow_run_id"] and tags["gymflow.orchestrator.flow_run_url"]
     return last
 
 
@@ -246,3 +251,120 @@ def test_dataset_names_follow_the_openlineage_naming_of_files(uri: str, expected
 def test_job_names_are_the_commands() -> None:
     assert lineage.job_name("eval health-check") == "gymflow.eval_health_check"
     assert lineage.job_name("eval aggregate") == "gymflow.eval_aggregate"
+
+
+@pytest.fixture
+def verifier(tmp_path: Path) -> Iterator[ServerProcess]:
+    """The real ``/verify`` test server on 127.0.0.1, for this test only."""
+    with start_server(log_dir=tmp_path) as running:
+        yield running
+
+
+def _runs(events: list[dict[str, Any]], kind: str = "direct") -> dict[str, dict[str, Any]]:
+    """Each job's run, checked to be START then COMPLETE (in the order the steps ran), by job."""
+    jobs = list(dict.fromkeys(e["job"]["name"] for e in events))
+    out = {}
+    for job in jobs:
+        out[job] = _assert_run([e for e in events if e["job"]["name"] == job], job, "COMPLETE", kind)
+    assert [e["job"]["name"] for e in events] == [
+        job for job in jobs for _ in range(2)
+    ]  # one after the other
+    return out
+
+
+def _assert_datasets(complete: dict[str, Any], record_path: Path) -> dict[str, Any]:
+    """The COMPLETE event's datasets are the record's files, versioned by their SHA-256."""
+    record = _record(record_path)
+    assert _datasets(complete["inputs"]) == _expected(record["inputs"])
+    assert _datasets(complete["outputs"]) == _expected(record["outputs"])
+    return record
+
+
+@pytest.mark.parametrize("kind", ["direct", "prefect"])
+def test_reverify_emits_its_run_with_the_records_hashes(
+    kind: str, tmp_path: Path, receiver: Receiver, verifier: ServerProcess
+) -> None:
+    materialized, rollouts = mcqa_rows(3, 2, wrong=[(1, 0)])
+    write_jsonl(tmp_path / "inputs.jsonl", materialized)
+    write_jsonl(tmp_path / "rollouts.jsonl", rollouts)
+    config = write_gym_config(tmp_path / "cfg.yaml", {"mcqa": verifier})
+    verifier.set((2, 1), kind="judge_failed")  # one row lands in the failures sidecar
+    output = tmp_path / "out" / "reverified.jsonl"
+    args = ["eval", "reverify", "--config", str(config), "--inputs", str(tmp_path / "inputs.jsonl")]
+    args += ["--rollouts", str(tmp_path / "rollouts.jsonl"), "--output", str(output)]
+    args += ["--direct"] if kind == "direct" else []
+    done = _gymflow(args, tmp_path, OPENLINEAGE_URL=receiver.url)
+    assert done.returncode == 0, done.stderr
+    assert "OpenLineage" not in done.stderr
+    assert len(receiver.events) == 2
+    runs = _runs(receiver.events, kind)
+    assert list(runs) == ["gymflow.eval_reverify"]
+    record = _assert_datasets(runs["gymflow.eval_reverify"], output.with_name("reverified.provenance.json"))
+    names = {name for _, name, _ in _datasets(runs["gymflow.eval_reverify"]["inputs"])}
+    assert {str(tmp_path / "inputs.jsonl"), str(tmp_path / "rollouts.jsonl"), str(config)} <= names
+    outputs = [name for _, name, _ in _datasets(runs["gymflow.eval_reverify"]["outputs"])]
+    assert {str(output), str(tmp_path / "out" / "reverified_failures.jsonl")} <= set(outputs)
+    assert str(tmp_path / "out" / "reverified_aggregate_metrics.json") in outputs
+    for entry in record["outputs"]:  # the versions are the bytes on disk
+        path = Path(str(entry["uri"]).removeprefix("file://"))
+        assert hashlib.sha256(path.read_bytes()).hexdigest() == entry["sha256"]
+
+
+_POST_JOBS = [
+    "gymflow.eval_aggregate",
+    "gymflow.eval_health_check",
+    "gymflow.eval_post_healthy_metrics",
+    "gymflow.eval_reverify",
+]
+
+
+def test_post_emits_one_run_per_step_with_the_records_hashes(
+    tmp_path: Path, receiver: Receiver, verifier: ServerProcess
+) -> None:
+    run = tmp_path / "run"
+    materialized, rollouts = mcqa_rows(4, 2, wrong=[(1, 0)])
+    write_jsonl(run / "shards" / "rollouts_shard_0.jsonl", rollouts[:4])
+    write_jsonl(run / "shards" / "rollouts_shard_1.jsonl", rollouts[4:])
+    write_jsonl(run / "rollouts_materialized_inputs.jsonl", materialized)
+    config = tmp_path / "post.yaml"
+    config.write_text(json.dumps({**gym_config({"mcqa": verifier}), "reverify": {"enabled": True}}))
+    records = {
+        "gymflow.eval_aggregate": run / "rollouts.provenance.json",
+        "gymflow.eval_health_check": run / "quality_summary.provenance.json",
+        "gymflow.eval_post_healthy_metrics": run / "rollouts_aggregate_metrics.healthy.provenance.json",
+        "gymflow.eval_reverify": run / "rollouts_reverified.provenance.json",
+    }
+
+    # Through Prefect first: every step does its work inside the flow run.
+    done = _gymflow(
+        ["eval", "post", str(run), "--config", str(config)], tmp_path, OPENLINEAGE_URL=receiver.url
+    )
+    assert done.returncode == 0, done.stderr
+    assert "OpenLineage" not in done.stderr
+    assert len(receiver.events) == 8
+    runs = _runs(receiver.events, "prefect")
+    assert list(runs) == _POST_JOBS
+    for job, record in records.items():
+        assert _assert_datasets(runs[job], record)["orchestrator"]["kind"] == "prefect"
+    healthy = runs["gymflow.eval_post_healthy_metrics"]
+    assert [name for _, name, _ in _datasets(healthy["inputs"])] == [
+        str(run / "rollouts.jsonl"),
+        str(run / "rollout_verdicts.jsonl"),
+        str(config),  # the Gym config groups the rows
+    ]
+    metrics = run / "rollouts_aggregate_metrics.healthy.json"
+    digest = hashlib.sha256(metrics.read_bytes()).hexdigest()
+    assert _datasets(healthy["outputs"]) == [("file", str(metrics), digest)]
+
+    # Again in-process: every step is up to date, a run of its own with the same datasets.
+    receiver.events.clear()
+    args = ["eval", "post", str(run), "--config", str(config), "--direct"]
+    again = _gymflow(args, tmp_path, OPENLINEAGE_URL=receiver.url)
+    assert again.returncode == 0, again.stderr
+    assert "OpenLineage" not in again.stderr
+    assert len(receiver.events) == 8
+    cached = _runs(receiver.events)
+    assert list(cached) == _POST_JOBS
+    for job in _POST_JOBS:
+        assert cached[job]["run"]["runId"] != runs[job]["run"]["runId"]
+        assert (cached[job]["inputs"], cached[job]["outputs"]) == (runs[job]["inputs"], runs[job]["outputs"])

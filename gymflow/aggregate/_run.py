@@ -39,6 +39,8 @@ __all__ = [
     "input_digests",
     "is_up_to_date",
     "loaded_line",
+    "merge_and_reduce",
+    "metrics_bytes",
     "prehash",
     "report_run",
     "up_to_date_line",

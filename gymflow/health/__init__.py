@@ -26,6 +26,7 @@ from gymflow.health._ranges import (
 )
 from gymflow.health._registry import ROLLOUT_CHECK_IDS, TASK_CHECK_IDS, normalize_ignored
 from gymflow.health._report import HealthReport, build_report
+from gymflow.health._runs import SortKey, row_key, verdict_key
 from gymflow.health._vocabulary import (
     CHECK_IDS,
     CheckId,
@@ -52,6 +53,7 @@ __all__ = [
     "HealthReport",
     "QualitySummary",
     "RangeResult",
+    "SortKey",
     "TaskSummary",
     "Verdict",
     "VerdictRow",
@@ -65,5 +67,7 @@ __all__ = [
     "plan",
     "record_outputs",
     "report_dir_for",
+    "row_key",
     "run_health",
+    "verdict_key",
 ]

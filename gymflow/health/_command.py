@@ -26,6 +26,7 @@ from gymflow.run_context import RunContext
 
 logger = logging.getLogger(__name__)
 COMMAND = "eval health-check"
+VERDICTS = "rollout_verdicts.jsonl"
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +39,11 @@ class HealthOutcome:
     record_url: str
     up_to_date: bool
     console_line: str
+
+    @property
+    def verdicts_url(self) -> str:
+        """``rollout_verdicts.jsonl``, beside the summary."""
+        return storage.join(storage.parent(self.summary_url), VERDICTS)
 
 
 def parameters(plan_: HealthPlan) -> dict[str, Any]:
@@ -177,7 +183,7 @@ def _run_locked(
         report = finish(plan_, results, executor)
     if inputs is None:
         inputs = executor.map(HASH_INPUT, located)
-    reports = [summary_url, storage.join(directory, "rollout_verdicts.jsonl")]
+    reports = [summary_url, storage.join(directory, VERDICTS)]
     write = WRITE_REPORTS.writing(reports, [digest.uri for digest in inputs])
     return executor.call(write, (plan_, report, directory, inputs, ctx, started_at))
 

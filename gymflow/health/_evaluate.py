@@ -7,6 +7,7 @@ what depends on the lines before it (ordinal, physical line number) in :meth:`Ro
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
@@ -159,7 +160,23 @@ def _collect_stats(stats: RunStats, evidence: Evidence) -> None:
         stats.replayed_rollouts += replayed > 0
 
 
-def _loads(line: bytes) -> Any:
+def read_identity(record: Mapping[str, Any]) -> tuple[dict[str, Identity | None], list[str]]:
+    """A record's task, rollout and stage indices (None where absent), and the names of those
+    that are not indices (the row is then unreadable, spec §9 D1)."""
+    identity: dict[str, Identity | None] = {}
+    invalid: list[str] = []
+    for name in _IDENTITY_FIELDS:
+        if name not in record or (name == "stage_index" and record[name] is None):
+            identity[name] = None
+            continue
+        try:
+            identity[name] = _identity_value(record[name])
+        except _InvalidIdentity:
+            invalid.append(name)
+    return identity, invalid
+
+
+def loads(line: bytes) -> Any:
     """The line's JSON value, surrounded by any ASCII whitespace (``\\v`` and ``\\f`` included)."""
     try:
         return orjson.loads(line)
@@ -174,7 +191,7 @@ def evaluate_line(
     ``ordinal`` may be range-local (see :meth:`RowResult.place`)."""
     try:
         # orjson skips JSON whitespace itself; the line is copied stripped only when it fails
-        record = _loads(line)
+        record = loads(line)
     except orjson.JSONDecodeError:
         return _unreadable_row(
             line_number,
@@ -187,16 +204,7 @@ def evaluate_line(
             line_number, ordinal, {"reason": "rollout record is unreadable", "error": "ValueError"}, ignored
         )
 
-    identity: dict[str, Identity | None] = {}
-    invalid: list[str] = []
-    for name in _IDENTITY_FIELDS:
-        if name not in record or (name == "stage_index" and record[name] is None):
-            identity[name] = None
-            continue
-        try:
-            identity[name] = _identity_value(record[name])
-        except _InvalidIdentity:
-            invalid.append(name)
+    identity, invalid = read_identity(record)
     if invalid:  # gymflow (spec §9 D1): one bad identity costs one row, not the run
         detail = {"reason": "rollout identity is unreadable", "error": "ValidationError", "fields": invalid}
         return _unreadable_row(line_number, ordinal, detail, ignored)

@@ -12,11 +12,13 @@ import heapq
 import io
 import json
 import pickle
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, BinaryIO, NamedTuple
 
-from gymflow.health._evaluate import RowResult
+import orjson
+
+from gymflow.health._evaluate import RowResult, is_blank, loads, read_identity
 from gymflow.health._vocabulary import CheckId, Finding, Identity, Verdict, VerdictRow
 
 __all__ = [
@@ -26,8 +28,10 @@ __all__ = [
     "merge_entries",
     "RowWriter",
     "read_spilled_rows",
+    "row_key",
     "sort_rows",
     "unpack_rows",
+    "verdict_key",
     "with_duplicates",
 ]
 
@@ -71,6 +75,37 @@ def _order(value: Identity | None) -> tuple[int, int | str]:
     if isinstance(value, int):
         return (0, value)
     return (1, "None" if value is None else value)
+
+
+def row_key(line: bytes, line_number: int, ordinal: int, source_index: int = 0) -> SortKey | None:
+    """The report-order key the row of one input line gets (:attr:`Entry.key`), without checking
+    it: ``line_number`` is its physical line in input ``source_index``, ``ordinal`` the number of
+    non-blank lines of the inputs before it. None for a blank line (no row)."""
+    if is_blank(line):
+        return None
+    try:
+        record = loads(line)
+    except orjson.JSONDecodeError:
+        record = None
+    identity, invalid = read_identity(record) if isinstance(record, dict) else ({}, ["record"])
+    if invalid:  # an unreadable row: its synthetic task (RowResult.place)
+        return (
+            _order(f"__unreadable_record__:input-{source_index}:line-{line_number}"),
+            _order(0),
+            _order(None),
+        )
+    task = identity["_ng_task_index"]
+    rollout = identity["_ng_rollout_index"]
+    return (
+        _order(ordinal if task is None else task),
+        _order(0 if rollout is None else rollout),
+        _order(identity["stage_index"]),
+    )
+
+
+def verdict_key(row: Mapping[str, Any]) -> SortKey:
+    """The report-order key of a ``rollout_verdicts.jsonl`` row (that of the row it judges)."""
+    return (_order(row["_ng_task_index"]), _order(row["_ng_rollout_index"]), _order(row.get("stage_index")))
 
 
 def _verdict(findings: Sequence[Finding], unobserved: Sequence[CheckId]) -> Verdict:

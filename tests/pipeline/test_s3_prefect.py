@@ -27,6 +27,8 @@ def test_post_on_s3_through_prefect_with_an_s3_result_store(
     assert main(["eval", "post", run]) == 0
     out = capsys.readouterr().out
     assert "health-check: ran" in out.split("Summary:")[-1]
+    assert "healthy-metrics: ran" in out.split("Summary:")[-1]
+    assert main(["provenance", "verify", f"{run}/rollouts_aggregate_metrics.healthy.json"]) == 0
     with storage.open_read(f"{run}/quality_summary.provenance.json") as handle:
         record = json.loads(handle.read())
     assert record["orchestrator"]["kind"] == "prefect"
@@ -38,3 +40,4 @@ def test_post_on_s3_through_prefect_with_an_s3_result_store(
     assert main(["eval", "post", run]) == 0
     again = capsys.readouterr().out.split("Summary:")[-1]
     assert "aggregate: up to date" in again and "health-check: up to date" in again
+    assert "healthy-metrics: up to date" in again

@@ -1,0 +1,295 @@
+"""Aggregate metrics over the rollouts a health check calls healthy (issue 20 item 3).
+
+``eval post`` writes, beside the merged rollouts' metrics file, the same metrics computed over
+only the rows whose verdict in ``rollout_verdicts.jsonl`` is ``healthy`` (no finding, no check
+left unobserved): ``<metrics stem>.healthy.json``, e.g. ``rollouts_aggregate_metrics.healthy.json``.
+This module sits above :mod:`gymflow.aggregate` and :mod:`gymflow.health` and composes their
+steps; it computes nothing itself. The healthy rows are streamed into a local scratch file,
+which is then read exactly as ``eval aggregate`` reads a shard (the same scan, reduce and
+server-metrics steps, the same metrics bytes), so the file equals ``eval aggregate``'s metrics
+of a shard holding only those rows.
+
+Rows and verdicts are matched by the key the health check sorts its report by (task, rollout,
+stage): among rows sharing a key, the n-th row of the rollouts is the n-th verdict of that key
+(the report keeps input order among equal keys). Only keys are held, never rows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections import deque
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import orjson
+
+from gymflow import lineage, provenance, scratch, storage
+from gymflow.aggregate import (
+    AggregateOptions,
+    Reduction,
+    apply_server_metrics,
+    merge_and_reduce,
+    metrics_bytes,
+    scan_part,
+)
+from gymflow.errors import InputError
+from gymflow.executor import Executor, LocalExecutor, Step
+from gymflow.health import SortKey, row_key, verdict_key
+from gymflow.run_context import RunContext
+
+__all__ = [
+    "COMMAND",
+    "HEALTHY",
+    "HealthyOptions",
+    "HealthyOutcome",
+    "healthy_metrics_path",
+    "reward_lines",
+    "rollouts_covered",
+    "run_healthy_metrics",
+]
+
+COMMAND = "eval post healthy-metrics"
+HEALTHY = "healthy"
+"""The one verdict counted: ``unhealthy`` rows have findings, ``unobserved`` ones could not be
+checked in full; neither is counted."""
+
+
+def healthy_metrics_path(metrics_path: str) -> str:
+    """``…/rollouts_aggregate_metrics.json`` -> ``…/rollouts_aggregate_metrics.healthy.json``."""
+    return metrics_path.removesuffix(".json") + ".healthy.json"
+
+
+@dataclass(frozen=True)
+class HealthyOptions:
+    """One healthy-metrics run: the merged rollouts the main metrics were computed from, the
+    verdicts of a health check of them (or of their join, row for row), and the aggregate
+    settings of the main metrics (grouping, pass@k, server metrics)."""
+
+    rollouts: str
+    verdicts: str
+    aggregate: AggregateOptions
+    use_cache: bool = True
+
+    @property
+    def output(self) -> str:
+        return healthy_metrics_path(self.aggregate.metrics_path)
+
+    @property
+    def record_path(self) -> str:
+        return provenance.record_path(self.output)
+
+    @property
+    def scoring(self) -> AggregateOptions:
+        """The aggregate options the healthy rows are scored with: one local shard, no merge."""
+        return replace(self.aggregate, input_glob="", output="", merge_shards=False, health_check=False)
+
+    def parameters(self) -> dict[str, Any]:
+        """Settings that can change an output byte (the cache key's parameters)."""
+        return {"aggregate": self.scoring.parameters(), "verdict": HEALTHY}
+
+
+@dataclass
+class HealthyOutcome:
+    output: str
+    record_path: str
+    up_to_date: bool
+    entries: list[dict[str, Any]] = field(default_factory=list)
+    rows: int = 0
+    """Rows of the rollouts (0 when up to date: not read)."""
+    healthy: int = 0
+    """Of which healthy (0 when up to date)."""
+
+
+Digests = tuple[tuple[str, provenance.FileDigest], ...]
+
+
+def _inputs(options: HealthyOptions) -> Digests:
+    files = [("rollouts", options.rollouts), ("verdicts", options.verdicts)]
+    files += [(f"config:{n}", path) for n, path in enumerate(options.aggregate.config_files)]
+    return tuple((role, provenance.digest(path)) for role, path in files)
+
+
+def cache_key(options: HealthyOptions, inputs: Digests) -> str:
+    return provenance.cache_key(COMMAND, options.parameters(), [(r, d.sha256) for r, d in inputs])
+
+
+def _verdicts(url: str) -> dict[SortKey, bool | deque[bool]]:
+    """Whether each verdict is ``healthy``, by key; a key several rows share keeps its verdicts in
+    report order."""
+    out: dict[SortKey, bool | deque[bool]] = {}
+    line_number = 0
+    for _, line in storage.iter_lines(url):
+        line_number += 1
+        if not line.strip():
+            continue
+        try:
+            row = orjson.loads(line)
+            key = verdict_key(row)
+        except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError):
+            raise InputError(f"{url} line {line_number}: not a rollout verdict") from None
+        healthy = row.get("verdict") == HEALTHY
+        known = out.get(key)
+        if known is None:
+            out[key] = healthy
+        elif isinstance(known, deque):
+            known.append(healthy)
+        else:
+            out[key] = deque((known, healthy))
+    return out
+
+
+@dataclass
+class _Counts:
+    rows: int = 0
+    healthy: int = 0
+
+
+def _healthy_lines(options: HealthyOptions, counts: _Counts) -> Iterator[bytes]:
+    """The lines of the rollouts whose verdict is healthy, in order, counting rows and healthy
+    rows into ``counts``."""
+    verdicts = _verdicts(options.verdicts)
+    line_number = 0
+    for _, line in storage.iter_lines(options.rollouts):
+        line_number += 1
+        key = row_key(line, line_number, counts.rows)
+        if key is None:
+            continue
+        counts.rows += 1
+        known = verdicts.get(key)
+        if isinstance(known, deque):
+            verdict = known.popleft()
+            if not known:
+                del verdicts[key]
+        elif known is None:
+            raise InputError(
+                f"{options.verdicts} has no verdict for line {line_number} of {options.rollouts}; "
+                "health-check these rollouts again"
+            )
+        else:
+            verdict = known
+            del verdicts[key]
+        if verdict:
+            counts.healthy += 1
+            yield line if line.endswith(b"\n") else line + b"\n"
+    if verdicts:
+        raise InputError(
+            f"{options.verdicts} judges rows that {options.rollouts} does not hold; "
+            "health-check these rollouts again"
+        )
+
+
+@dataclass(frozen=True)
+class _Scored:
+    reduction: Reduction
+    rows: int
+    healthy: int
+
+
+def _score(options: HealthyOptions) -> _Scored:
+    """Stream the healthy rows into a scratch file and score it as ``eval aggregate`` scores a
+    shard."""
+    scoring = options.scoring
+    counts = _Counts()
+    with scratch.temporary_dir("healthy") as directory:
+        shard = os.path.join(directory, "healthy.jsonl")
+        with open(shard, "wb", buffering=2**20) as handle:
+            handle.writelines(_healthy_lines(options, counts))
+        reduction, _ = merge_and_reduce([scan_part(shard, 0, scoring, None)], scoring)
+        apply_server_metrics(reduction, scoring, [shard])
+    return _Scored(reduction, counts.rows, counts.healthy)
+
+
+_WriteJob = tuple[HealthyOptions, Reduction, Digests, RunContext, str]
+
+
+def _write(job: _WriteJob) -> None:
+    """The metrics file, then (last) its provenance record."""
+    options, reduction, inputs, ctx, started_at = job
+    data = metrics_bytes(reduction.entries)
+    storage.write_atomic(options.output, data)
+    output = provenance.FileDigest(
+        storage.to_uri(options.output), hashlib.sha256(data).hexdigest(), len(data)
+    )
+    record = provenance.build_record(
+        command=COMMAND,
+        cache_key=cache_key(options, inputs),
+        inputs=[item for _, item in inputs],
+        outputs=[output],
+        parameters={**options.parameters(), "rollouts": options.rollouts, "verdicts": options.verdicts},
+        orchestrator=ctx.orchestrator,
+        config=ctx.config,
+        started_at=started_at,
+        finished_at=provenance.timestamp(),
+    )
+    provenance.write_record(options.record_path, record)
+
+
+HASH_INPUTS: Step[HealthyOptions, Digests] = Step("hash-inputs", _inputs, io=True)
+SCORE_HEALTHY: Step[HealthyOptions, _Scored] = Step("score-healthy-rollouts", _score, io=True)
+"""Reads storage (the rollouts and verdicts); a transient failure is retried."""
+WRITE_HEALTHY: Step[_WriteJob, None] = Step("write-healthy-metrics", _write, io=True)
+
+
+def run_healthy_metrics(
+    options: HealthyOptions, ctx: RunContext | None = None, executor: Executor | None = None
+) -> HealthyOutcome:
+    """Write the metrics of the healthy rows of ``options.rollouts`` and their provenance record
+    (nothing when the record shows the same inputs and settings and the file is intact)."""
+    ctx = ctx or RunContext()
+    with lineage.run(COMMAND, ctx), ctx.active(), ctx.lock(options.output, COMMAND):
+        if executor is not None:
+            return _run(options, ctx, executor)
+        with LocalExecutor(ctx, 1, "scoring healthy rollouts") as local:
+            return _run(options, ctx, local)
+
+
+def _run(options: HealthyOptions, ctx: RunContext, executor: Executor) -> HealthyOutcome:
+    started_at = provenance.timestamp()
+    outcome = HealthyOutcome(options.output, options.record_path, False)
+    located = replace(
+        options, rollouts=executor.locate(options.rollouts), verdicts=executor.locate(options.verdicts)
+    )
+    inputs = executor.call(HASH_INPUTS, located)
+    if options.use_cache and provenance.up_to_date(options.record_path, cache_key(options, inputs)):
+        outcome.up_to_date = True
+        outcome.entries = _cached_entries(options.output)
+        return outcome
+    scored = executor.call(SCORE_HEALTHY, located)
+    write = WRITE_HEALTHY.writing([options.output, options.record_path], [digest.uri for _, digest in inputs])
+    executor.call(write, (options, scored.reduction, inputs, ctx, started_at))
+    outcome.entries = scored.reduction.entries
+    outcome.rows, outcome.healthy = scored.rows, scored.healthy
+    return outcome
+
+
+def _cached_entries(url: str) -> list[dict[str, Any]]:
+    with storage.open_read(url) as handle:
+        entries = orjson.loads(handle.read())
+    return entries if isinstance(entries, list) else []
+
+
+def rollouts_covered(entry: Mapping[str, Any]) -> int:
+    """The scored rollouts behind an entry's statistics (those of its tasks, masked ones aside)."""
+    return sum(int(task.get("num_rollouts", 0)) for task in entry.get("group_level_metrics", []))
+
+
+def reward_lines(
+    everything: Sequence[Mapping[str, Any]], healthy: Sequence[Mapping[str, Any]], metric: str = "mean/reward"
+) -> list[str]:
+    """One line per group of the main metrics: its ``metric`` over all rollouts beside the same
+    over the healthy ones, each with the rollouts it covers."""
+    by_label = {entry["agent_ref"]["name"]: entry for entry in healthy}
+    lines = []
+    for entry in everything:
+        label = entry["agent_ref"]["name"]
+        if metric not in entry.get("agent_metrics", {}):
+            continue
+        line = (
+            f"{metric} of {label}: all {entry['agent_metrics'][metric]} ({rollouts_covered(entry)} rollouts)"
+        )
+        other = by_label.get(label, {})
+        value = other.get("agent_metrics", {}).get(metric, "n/a")
+        lines.append(f"{line}, healthy {value} ({rollouts_covered(other)} rollouts)")
+    return lines

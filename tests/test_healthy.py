@@ -1,0 +1,94 @@
+"""``gymflow.healthy`` in-process: rows are matched to their verdicts by the report's key and
+position (two agents' rows may share a key), scored as ``eval aggregate`` scores a shard of only
+the healthy rows, and verdicts of other rows are refused."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gymflow.aggregate import AggregateOptions, run_aggregate
+from gymflow.errors import InputError
+from gymflow.health import HealthOptions, run_health
+from gymflow.healthy import HealthyOptions, healthy_metrics_path, reward_lines, run_healthy_metrics
+from tests.health.builders import record, trajectory, turn
+
+
+def _row(task: int, agent: str, reward: float, hollow: bool = False) -> dict[str, Any]:
+    traj = trajectory(turns=[turn(answer="")]) if hollow else trajectory()
+    return {**record(task, traj=traj), "agent_ref": {"name": agent}, "reward": reward}
+
+
+def _write(path: Path, rows: list[dict[str, Any]]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+def _options(rollouts: Path, verdicts: Path) -> HealthyOptions:
+    aggregate = AggregateOptions(input_glob="", output=str(rollouts))
+    return HealthyOptions(str(rollouts), str(verdicts), aggregate)
+
+
+def test_rows_sharing_a_key_keep_their_own_verdicts(tmp_path: Path) -> None:
+    # Agents a and b each ran tasks 0 and 1: every (task, rollout) key is held by two rows. With
+    # the duplicate check ignored, each row keeps its own verdict; a's task 0 and b's task 1 are
+    # hollow.
+    rows = [
+        _row(0, "a", 1.0, hollow=True),
+        _row(0, "b", 0.0),
+        _row(1, "a", 1.0),
+        _row(1, "b", 1.0, hollow=True),
+    ]
+    rollouts = _write(tmp_path / "run" / "rollouts.jsonl", rows)
+    health = run_health(HealthOptions((str(rollouts),), ignored_checks=("rollout_duplicate_identity",)))
+    assert health.summary["run"]["verdicts"] == {"healthy": 2, "unhealthy": 2, "unobserved": 0}
+
+    outcome = run_healthy_metrics(_options(rollouts, Path(health.verdicts_url)))
+    assert (outcome.rows, outcome.healthy, outcome.up_to_date) == (4, 2, False)
+    assert outcome.output == str(tmp_path / "run" / "rollouts_aggregate_metrics.healthy.json")
+
+    only = _write(tmp_path / "only" / "rows.jsonl", [rows[1], rows[2]])
+    run_aggregate(
+        AggregateOptions(input_glob=str(only), output=str(only.with_name("out.jsonl")), health_check=False)
+    )
+    assert (
+        Path(outcome.output).read_bytes() == (tmp_path / "only" / "out_aggregate_metrics.json").read_bytes()
+    )
+    rewards = {e["agent_ref"]["name"]: e["agent_metrics"]["mean/reward"] for e in outcome.entries}
+    assert rewards == {"a": 1.0, "b": 0.0}  # each agent's healthy row, not the other's
+
+    assert run_healthy_metrics(_options(rollouts, Path(health.verdicts_url))).up_to_date
+
+
+def test_verdicts_of_other_rows_are_refused(tmp_path: Path) -> None:
+    rollouts = _write(tmp_path / "run" / "rollouts.jsonl", [_row(0, "a", 1.0), _row(1, "a", 0.0)])
+    health = run_health(HealthOptions((str(rollouts),)))
+    fewer = _write(tmp_path / "fewer" / "rollouts.jsonl", [_row(0, "a", 1.0)])
+    with pytest.raises(InputError, match="judges rows that .* does not hold"):
+        run_healthy_metrics(_options(fewer, Path(health.verdicts_url)))
+    more = _write(
+        tmp_path / "more" / "rollouts.jsonl", [_row(0, "a", 1.0), _row(1, "a", 0.0), _row(2, "a", 1.0)]
+    )
+    with pytest.raises(InputError, match="has no verdict for line 3 of"):
+        run_healthy_metrics(_options(more, Path(health.verdicts_url)))
+    assert not Path(healthy_metrics_path(str(tmp_path / "more" / "rollouts_aggregate_metrics.json"))).exists()
+
+
+def test_reward_lines_name_both_figures_and_their_rollouts() -> None:
+    def entry(name: str, mean: float, counts: list[int]) -> dict[str, Any]:
+        tasks = [{"num_rollouts": n} for n in counts]
+        return {
+            "agent_ref": {"name": name},
+            "agent_metrics": {"mean/reward": mean},
+            "group_level_metrics": tasks,
+        }
+
+    everything = [entry("a", 0.5, [2, 2]), entry("b", 0.25, [4])]
+    assert reward_lines(everything, [entry("a", 0.75, [1, 2])]) == [
+        "mean/reward of a: all 0.5 (4 rollouts), healthy 0.75 (3 rollouts)",
+        "mean/reward of b: all 0.25 (4 rollouts), healthy n/a (0 rollouts)",
+    ]
