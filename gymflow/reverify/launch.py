@@ -279,13 +279,16 @@ def _is_server_dir(path: Path) -> bool:
     return any((path / marker).is_file() for marker in SERVER_DIR_MARKERS)
 
 
-def resolve_server_dir(impl: str, search_dirs: Sequence[str] = ()) -> tuple[Path, Path] | None:
+def resolve_server_dir(
+    impl: str, search_dirs: Sequence[str] = (), entrypoint: str = "app.py"
+) -> tuple[Path, Path] | None:
     """(server directory, its root) of ``resources_servers/<impl>``: the first root where it holds
-    ``requirements.txt`` or ``pyproject.toml`` (0.7.0's rule), else the first root where the directory
-    exists at all; None when no root has it."""
+    ``requirements.txt`` or ``pyproject.toml`` (0.7.0's rule), else the first root where it holds the
+    ``entrypoint`` file (a server of one's own, without either); None when no root has it."""
     relative = Path("resources_servers") / impl
     roots = search_roots(search_dirs)
-    for accept in (_is_server_dir, Path.is_dir):
+    accepts: tuple[Callable[[Path], bool], ...] = (_is_server_dir, lambda d: (d / entrypoint).is_file())
+    for accept in accepts:
         for root in roots:
             if accept(root / relative):
                 return (root / relative).absolute(), root.absolute()
@@ -344,7 +347,7 @@ def _entrypoint_place(
     elif entrypoint.is_absolute():
         server_dir = entrypoint.parent
     else:
-        found = resolve_server_dir(server.impl, search_dirs)
+        found = resolve_server_dir(server.impl, search_dirs, str(entrypoint))
         if found is None and entrypoint.is_file():  # a server of one's own, beside the config
             found = Path.cwd(), Path.cwd()
         if found is None:
