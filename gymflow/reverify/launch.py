@@ -372,8 +372,9 @@ def _launch_argv(
 ) -> tuple[list[str], str | None, dict[str, str]]:
     """argv, working directory and environment that start ``server`` (its host and port already final).
 
-    Both kinds get the resolved global config as YAML in ``NEMO_GYM_CONFIG_DICT`` and the instance
-    name in ``NEMO_GYM_CONFIG_PATH``, the way Gym starts its child servers."""
+    Both kinds get the resolved global config as YAML in ``NEMO_GYM_CONFIG_DICT``, the instance
+    name in ``NEMO_GYM_CONFIG_PATH`` and the search dirs first in ``NEMO_GYM_EXTRA_ROOTS``, the way
+    Gym starts its child servers."""
     env = dict(os.environ)
     block = server.block
     config = to_plain(gym_config)
@@ -385,6 +386,11 @@ def _launch_argv(
     config.setdefault("dry_run", False)
     env["NEMO_GYM_CONFIG_DICT"] = yaml.safe_dump(config, sort_keys=False)
     env["NEMO_GYM_CONFIG_PATH"] = server.name
+    if search_dirs:  # as 0.7.0 hands --search-dir to its servers: first in their extra roots
+        roots = [str(Path(d).absolute()) for d in search_dirs]
+        if env.get("NEMO_GYM_EXTRA_ROOTS"):
+            roots.append(env["NEMO_GYM_EXTRA_ROOTS"])
+        env["NEMO_GYM_EXTRA_ROOTS"] = os.pathsep.join(roots)
     command = block.get("command")
     if command:
         chosen = block.get("dir") or block.get("server_dir") or directory

@@ -28,7 +28,7 @@ config = yaml.safe_load(os.environ["NEMO_GYM_CONFIG_DICT"])
 block = config[os.environ["NEMO_GYM_CONFIG_PATH"]]["resources_servers"]["mcqa"]
 with open(os.environ["GF_TEST_MARKER"], "w") as marker:
     json.dump({{"cwd": os.getcwd(), "interpreter": os.environ.get("GF_TEST_INTERPRETER"),
-               "tag": {tag!r}, "block": block}}, marker)
+               "roots": os.environ.get("NEMO_GYM_EXTRA_ROOTS"), "tag": {tag!r}, "block": block}}, marker)
 uvicorn.run(create_app("stateless"), host=block["host"], port=block["port"], log_level="warning")
 """
 
@@ -181,6 +181,7 @@ def test_a_gym_checkout_in_the_search_roots_wins_over_the_installed_package(
     seen = json.loads(marker.read_text())
     assert seen["tag"] == "checkout" and Path(seen["cwd"]).resolve() == directory.resolve()
     assert seen["interpreter"] == str(venv_python)
+    assert seen["roots"] == str(checkout)  # the server searches the same roots first, as under 0.7.0
 
 
 def test_python_and_dir_keys_override(stock: tuple[Case, Path, Path, Path], tmp_path: Path) -> None:
