@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import sys
 import threading
@@ -48,6 +47,7 @@ _FLAGS = {
     "server_metrics": "server_metrics",
     "allow_outside_manifest": "allow_outside_manifest",
     "search_dir": "search_dirs",
+    "reuse_server": "reuse_server",
 }
 
 # NeMo Gym 0.7.0's component selectors that name a config file: flag -> (parent directory, configs
@@ -100,6 +100,7 @@ def register(eval_commands: argparse._SubParsersAction) -> None:  # type: ignore
     _flag(parser, "--append", help="with --judge-failed-only: add to an existing output")
     _flag(parser, "--server-metrics", help="compute aggregate metrics on the resources server")
     _flag(parser, "--allow-outside-manifest", help="ATIF: allow trajectories outside the manifest directory")
+    _flag(parser, "--reuse-server", help="use a server already running at a configured port as it runs")
     parser.add_argument(
         "--environment",
         action="append",
@@ -116,7 +117,7 @@ def register(eval_commands: argparse._SubParsersAction) -> None:  # type: ignore
         "--search-dir",
         action="append",
         metavar="DIR",
-        help="extra root searched first for --environment/--resources-server configs; repeatable",
+        help="extra root searched first for --environment/--resources-server configs and servers; repeatable",
     )
     for refused in ("--benchmark", "--model-type"):
         parser.add_argument(refused, action="append", metavar="NAME", help=argparse.SUPPRESS)
@@ -138,7 +139,9 @@ def build_options(args: argparse.Namespace, extras: Sequence[str]) -> tuple[Any,
     overrides = split_overrides(extras)
     composed = compose("reverify", flags=flags, overrides=overrides, gym_files=True)
     if any(getattr(args, dest, None) for dest in _SELECTORS):
-        roots = _search_roots(composed.data.get("search_dirs") or ())
+        from gymflow.reverify.launch import search_roots
+
+        roots = search_roots(composed.data.get("search_dirs") or ())
         named = [
             _selected_config(dest, value, roots) for dest in _SELECTORS for value in getattr(args, dest) or ()
         ]
@@ -147,27 +150,6 @@ def build_options(args: argparse.Namespace, extras: Sequence[str]) -> tuple[Any,
         composed = compose("reverify", flags=flags, overrides=overrides, gym_files=True)
     values = {key: composed.data.get(key) for key in CONFIG_KEYS}
     return reverify_options(composed, values), composed.gym_config(), composed
-
-
-def _search_roots(search_dirs: Sequence[str]) -> list[Path]:
-    """0.7.0's component roots, first wins: ``search_dirs`` (``--search-dir``), then
-    ``$NEMO_GYM_EXTRA_ROOTS``, the working directory and the directory an installed ``nemo_gym``
-    package sits in (its built-in components)."""
-    import importlib.util
-
-    roots = [Path(d) for d in search_dirs]
-    roots += [Path(d) for d in os.environ.get("NEMO_GYM_EXTRA_ROOTS", "").split(os.pathsep) if d]
-    roots.append(Path.cwd())
-    try:
-        spec = importlib.util.find_spec("nemo_gym")
-    except (ImportError, ValueError):
-        spec = None
-    if spec is not None and spec.origin:
-        roots.append(Path(spec.origin).parent.parent)
-    unique: dict[Path, Path] = {}
-    for root in roots:
-        unique.setdefault(root.resolve(), root)
-    return list(unique.values())
 
 
 def _selected_config(dest: str, value: str, roots: Sequence[Path]) -> str:

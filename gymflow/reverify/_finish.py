@@ -239,6 +239,7 @@ def _record(plan: ReverifyPlan, metrics: str | None, data: bytes | None, ctx: Ru
                 "url": storage.to_uri(plan.urls[name]),
                 "reverify_mode": plan.modes.get(name),
                 "config_sha256": plan.verifier_hashes[name],
+                "settings": "launched" if name in plan.launched else "unverified",
             }
             for name in sorted(plan.urls)
         ]

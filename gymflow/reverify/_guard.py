@@ -6,13 +6,14 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from typing import Any
 
 import httpx
 import orjson
 
 from gymflow.errors import GymflowError
+from gymflow.reverify.launch import Servers, ensure_servers
 
 __all__ = ["GuardError", "MODES", "read_modes", "refusal", "running_servers", "warning"]
 
@@ -97,18 +98,9 @@ def running_servers(
     *,
     echo: Callable[[str], None],
     timeout_s: float,
-    stack: ExitStack | None = None,
+    servers: Servers | None = None,
 ) -> Iterator[dict[str, str]]:
-    """name -> base URL of each named server, launching what can be launched
-    (``gymflow.reverify.launch``; without it, the config's addresses as they are)."""
-    from gymflow.gym_config import resources_server_urls
-
-    wanted = sorted(set(names))
-    try:
-        from gymflow.reverify.launch import ensure_servers
-    except ModuleNotFoundError:
-        known = resources_server_urls(config)
-        yield {name: known[name] for name in wanted if name in known}
-        return
-    with ensure_servers(config, wanted, echo=echo, timeout_s=timeout_s) as urls:
+    """name -> base URL of each named server, launching what ``servers`` decides to launch
+    (:mod:`gymflow.reverify.launch`)."""
+    with ensure_servers(config, sorted(set(names)), echo=echo, timeout_s=timeout_s, servers=servers) as urls:
         yield dict(urls)

@@ -39,6 +39,9 @@ class ReverifyOptions(BaseModel):
         default=False, description="ATIF: trajectories outside the manifest dir"
     )
     server_start_timeout_s: float = Field(default=120.0, gt=0, description="wait for a launched server")
+    reuse_server: bool = Field(
+        default=False, description="use a running server the config sets settings for, as it runs"
+    )
     config_paths: tuple[str, ...] = Field(default=(), description="Gym config files (provenance)")
     search_dirs: tuple[str, ...] = Field(
         default=(), description="extra roots for Gym components (--search-dir)"

@@ -46,6 +46,7 @@ from gymflow.reverify._select import (
     select_native,
     work_of_items,
 )
+from gymflow.reverify.launch import Servers
 from gymflow.verify_items import Item
 
 __all__ = ["Echo", "Routed", "ReverifyPlan", "Tally", "prepare"]
@@ -118,6 +119,8 @@ class ReverifyPlan:
     starts: dict[str, int] = field(default_factory=dict)
     """Per file (``output``, ``sidecar``), its size when this run opened it: with ``--append``,
     the bytes before it are the user's and stay as they are."""
+    launched: frozenset[str] = frozenset()
+    """The routed servers gymflow launched (it vouches for their settings; the others' are unverified)."""
 
     @property
     def mode(self) -> str:
@@ -243,7 +246,8 @@ def prepare(
     warn = warn or echo
     started = provenance.timestamp()
     routing = Routing.of(gym_config)
-    hashes = VerifierHashes(gym_config)
+    servers = Servers(gym_config, reuse_server=options.reuse_server, search_dirs=options.search_dirs)
+    hashes = VerifierHashes(gym_config, servers)
     materialized: Materialized | None = None
     exclude: set[Key] = set()
     if not options.atif:
@@ -291,6 +295,7 @@ def prepare(
             started,
             stack,
             guard_transport,
+            servers,
         )
         plan.transport = transport
         # On Ctrl-C the CLI exits from its signal handler: publish what a remote output holds so far.
@@ -315,10 +320,13 @@ def _open_plan(
     started: str,
     stack: ExitStack,
     guard_transport: httpx.BaseTransport | None,
+    servers: Servers,
 ) -> ReverifyPlan:
     names = sorted({w.server for w in selection.work})
     urls = stack.enter_context(
-        _guard.running_servers(gym_config, names, echo=echo, timeout_s=options.server_start_timeout_s)
+        _guard.running_servers(
+            gym_config, names, echo=echo, timeout_s=options.server_start_timeout_s, servers=servers
+        )
     )
     for name in names:
         if name not in urls:
@@ -362,6 +370,7 @@ def _open_plan(
         urls={name: urls[name] for name in names},
         modes=modes,
         verifier_hashes={name: hashes(name) for name in names},
+        launched=frozenset(name for name in names if servers.launched(name)),
         unsafe_servers=bad,
         tally=tally,
         started_at=started,

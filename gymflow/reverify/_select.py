@@ -24,6 +24,7 @@ from gymflow.reverify._inputs import (
     row_key,
 )
 from gymflow.reverify._results import reverify_key
+from gymflow.reverify.launch import Servers
 
 __all__ = ["Selection", "Work", "check_multistage", "select_native", "work_of_items"]
 
@@ -58,16 +59,23 @@ class Selection:
 
 
 class VerifierHashes:
-    """``verifier_sha256`` per server, computed once each."""
+    """The verifier identity per server, computed once each: ``servers`` decides it (a server gymflow
+    did not launch is not identified by the config's settings, §3.10 point 4); without one, the
+    config block's hash."""
 
-    def __init__(self, config: Mapping[str, Any]) -> None:
+    def __init__(self, config: Mapping[str, Any], servers: Servers | None = None) -> None:
         self.config = config
+        self.servers = servers
         self.cache: dict[str, str] = {}
 
     def __call__(self, name: str) -> str:
         digest = self.cache.get(name)
         if digest is None:
-            digest = self.cache[name] = verifier_sha256(self.config, name)
+            if self.servers is not None:
+                digest = self.servers.verifier_sha256(name)
+            else:
+                digest = verifier_sha256(self.config, name)
+            self.cache[name] = digest
         return digest
 
 

@@ -35,6 +35,7 @@ def test_progress_callback_and_secret_redaction(case: Case) -> None:
             "rollouts_jsonl_fpath": str(case.rollouts_path),
             "output_jsonl_fpath": str(case.output),
             "num_samples_in_parallel": 2,
+            "reuse_server": True,  # the judge key is the running server's business
         }
     )
     calls: list[tuple[int, int, int]] = []

@@ -95,7 +95,7 @@ def test_no_secret_reaches_the_orchestrators_database(
     write_jsonl(tmp_path / "inputs.jsonl", materialized)
     write_jsonl(tmp_path / "rollouts.jsonl", rollouts)
     config = write_gym_config(tmp_path / "cfg.yaml", {"mcqa": resources_server}, extra={"mcqa": extra})
-    assert main(_args(tmp_path, config, tmp_path / "out.jsonl")) == 0
+    assert main(_args(tmp_path, config, tmp_path / "out.jsonl", "--reuse-server")) == 0
     assert "Flow run: http" in capsys.readouterr().err
 
     from gymflow.flows import _server
