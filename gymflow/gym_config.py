@@ -25,7 +25,6 @@ __all__ = [
     "resources_server_blocks",
     "resources_server_url",
     "resources_server_urls",
-    "unverified_verifier_sha256",
     "verifier_block",
     "verifier_sha256",
 ]
@@ -204,10 +203,3 @@ def verifier_sha256(config: Mapping[str, Any], name: str) -> str:
     """SHA-256 hex of the canonical JSON of ``{"resources_server": name, "config": block}``: the
     identity of a server gymflow launched with that block."""
     return _canonical_sha256({"resources_server": name, "config": verifier_block(config, name)})
-
-
-def unverified_verifier_sha256(name: str, url: str) -> str:
-    """The identity of a server gymflow did not launch (reverify.md §3.10 point 4): SHA-256 hex of
-    the canonical JSON of ``{"resources_server": name, "settings": "unverified", "url": url}``. Its
-    settings are not the config's to claim, so they are not part of it; where it answers is."""
-    return _canonical_sha256({"resources_server": name, "settings": "unverified", "url": url})

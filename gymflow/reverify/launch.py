@@ -37,7 +37,7 @@ import yaml
 
 from gymflow import lifeline, scratch
 from gymflow.errors import GymflowError
-from gymflow.gym_config import ADDRESS_KEYS, unverified_verifier_sha256, verifier_sha256
+from gymflow.gym_config import ADDRESS_KEYS, verifier_sha256
 
 DEFAULT_HOST = "127.0.0.1"
 GYM_HEAD_SERVER_PORT = 11000
@@ -126,10 +126,10 @@ class Servers:
     row routes to it): whether gymflow launches it, and the verifier identity its rows are keyed by.
 
     A server that answers at its configured address is not launched; when its block sets server
-    settings, :class:`SettingsNotApplied` is raised unless ``reuse_server``. Its identity is
-    :func:`~gymflow.gym_config.unverified_verifier_sha256` (its name and URL): gymflow cannot vouch
-    for its settings, so the config's settings are no part of its rows' keys. A server gymflow
-    launches is identified by its block (:func:`~gymflow.gym_config.verifier_sha256`).
+    settings, :class:`SettingsNotApplied` is raised unless ``reuse_server``, and its provenance
+    says ``settings: unverified``. Every server's rows are keyed by its block as the config gives it
+    (:func:`~gymflow.gym_config.verifier_sha256`, reverify.md §4 point 4): with ``reuse_server``,
+    the user vouches for settings gymflow could not apply.
     """
 
     def __init__(
@@ -176,12 +176,8 @@ class Servers:
         """The identity the rows routed to ``name`` are keyed by (reverify.md §4 point 4, §3.10 point 4)."""
         digest = self._hashes.get(name)
         if digest is None:
-            server = self.get(name)
-            if server.launch:
-                digest = verifier_sha256(self.gym_config, name)
-            else:
-                digest = unverified_verifier_sha256(name, server.url)
-            self._hashes[name] = digest
+            self.get(name)  # decided first: a refused server has no identity
+            digest = self._hashes[name] = verifier_sha256(self.gym_config, name)
         return digest
 
 

@@ -101,10 +101,10 @@ def relay(tmp_path: Path, resources_server: ServerProcess, gym_config_file: Call
     return Relay(tmp_path, gym_config_file({"mcqa": resources_server}))
 
 
-def reverify_key(source_sha256: str, url: str, name: str = "mcqa") -> str:
-    """§4 point 4 for a server gymflow did not launch (§3.10 point 4: named by its URL)."""
-    identity = {"resources_server": name, "settings": "unverified", "url": url}
-    verifier = json.dumps(identity, sort_keys=True, separators=(",", ":"))
+def reverify_key(source_sha256: str, block: dict[str, Any], name: str = "mcqa") -> str:
+    """§4 point 4, for ``name.resources_servers`` = ``{name: block}``."""
+    kept = {name: {k: v for k, v in block.items() if k not in ("host", "port", "base_url")}}
+    verifier = json.dumps({"resources_server": name, "config": kept}, sort_keys=True, separators=(",", ":"))
     text = f"gymflow-reverify-key/1\natif\n{source_sha256}\n{hashlib.sha256(verifier.encode()).hexdigest()}"
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -131,7 +131,7 @@ def test_two_entries_one_pinned(relay: Relay, resources_server: ServerProcess) -
             "projection_status": "complete",
         }
         source = hashlib.sha256(line + b"\n" + path.read_bytes()).hexdigest()
-        assert row["_ng_reverify_key"] == reverify_key(source, resources_server.url)
+        assert row["_ng_reverify_key"] == reverify_key(source, {"entrypoint": "app.py"})
     sent = resources_server.log("/verify")
     assert len(sent) == 2
     for entry in sent:

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
-from gymflow.gym_config import unverified_verifier_sha256, verifier_sha256
+from gymflow.gym_config import verifier_sha256
 from gymflow.reverify import reverify_key
 from tests.reverify.cases import AGENT, Case, case_fixture, key, read_jsonl, write_jsonl  # noqa: F401
 from tests.reverify.server_process import ServerProcess
@@ -316,10 +316,7 @@ def test_item_52_reverify_key_recomputed(case: Case) -> None:
     import yaml
 
     config = yaml.safe_load(case.config_path.read_text()) if case.config_path else {}
-    # The server was already running: its identity is its name and URL, not the config's settings
-    # (§3.10 point 4; a launched server's is verifier_sha256 of its block: test_server_settings.py).
-    assert verifier_sha256(config, "mcqa") != unverified_verifier_sha256("mcqa", case.server.url)
-    verifier = unverified_verifier_sha256("mcqa", case.server.url)
+    verifier = verifier_sha256(config, "mcqa")
     written = case.out_rows() + read_jsonl(case.path("out_failures.jsonl"))
     assert len(written) == 9
     for row in written:
@@ -327,7 +324,7 @@ def test_item_52_reverify_key_recomputed(case: Case) -> None:
         assert row["_ng_reverify_key"] == reverify_key("gym", source, verifier)
         text = f"gymflow-reverify-key/1\ngym\n{source}\n{verifier}".encode()
         assert row["_ng_reverify_key"] == hashlib.sha256(text).hexdigest()
-    block = {"resources_server": "mcqa", "settings": "unverified", "url": case.server.url}
+    block = {"resources_server": "mcqa", "config": {"mcqa": {"entrypoint": "app.py"}}}
     canonical = json.dumps(block, sort_keys=True, separators=(",", ":")).encode()
     assert verifier == hashlib.sha256(canonical).hexdigest()
 

@@ -1,12 +1,11 @@
 """Provenance never claims settings that were not used (reverify.md §3.10 point 4): a server already
 answering at its configured port cannot be given the config's settings, so such a config is refused
-unless ``--reuse-server``; a server gymflow did not launch is recorded ``"settings": "unverified"``
-and its rows are keyed by its name and URL, not by the settings (so changing them neither claims
-nor invalidates anything); a server gymflow launched is recorded ``"launched"`` and keyed by its block."""
+unless ``--reuse-server``; a server gymflow did not launch is recorded ``"settings": "unverified"``, one
+it launched ``"launched"``. Rows are keyed by the block as the config gives it (§4 point 4) either
+way: with ``--reuse-server`` the user vouches for it, and a resume under other settings is refused."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import sys
 from typing import Any
@@ -14,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gymflow.gym_config import unverified_verifier_sha256, verifier_sha256
+from gymflow.gym_config import verifier_sha256
 from tests.reverify.cases import AGENT, Case, case_fixture, key  # noqa: F401
 from tests.reverify.server_process import REPO_ROOT
 
@@ -53,26 +52,24 @@ def test_settings_for_a_running_server_are_refused(case: Case) -> None:
 
 @pytest.mark.parametrize("how", ["--reuse-server", "++reuse_server=true"])
 def test_reuse_server_records_the_settings_unverified(case: Case, how: str) -> None:
+    config_path = case.config()
     outcome = case.run(LENIENT, how)
     assert outcome.code == 0, outcome.err
     assert len(case.out_rows()) == 9 and len(case.server.log("/verify")) == 9
     (server,) = servers_of(case)
     assert server["settings"] == "unverified"
-    identity = unverified_verifier_sha256("mcqa", case.server.url)
-    assert server["config_sha256"] == identity
-    canonical = {"resources_server": "mcqa", "settings": "unverified", "url": case.server.url}
-    text = json.dumps(canonical, sort_keys=True, separators=(",", ":")).encode()
-    assert identity == hashlib.sha256(text).hexdigest()
-    # the rows' content keys do not claim the setting: a resume with another (or no) setting for
-    # the same running server finds every row done
+    config = yaml.safe_load(config_path.read_text())
+    config["mcqa"]["resources_servers"]["mcqa"]["grading_mode"] = "lenient_boxed"
+    assert server["config_sha256"] == verifier_sha256(config, "mcqa")
+    # the same settings again: every row done; other settings: refused, as for a launched server
     case.server.reset()
-    resumed = case.run(
-        "--resume", "--reuse-server", "++mcqa.resources_servers.mcqa.grading_mode=x", write=False
-    )
+    resumed = case.run("--resume", how, LENIENT, write=False)
     assert resumed.code == 0, resumed.err
     assert "- 9 rows already done (in main jsonl)" in resumed.lines
     assert case.server.log("/verify") == []
-    assert case.run("--resume", write=False).code == 0 and case.server.log("/verify") == []
+    changed = case.run("--resume", how, "++mcqa.resources_servers.mcqa.grading_mode=x", write=False)
+    assert changed.code == 1, changed.err
+    assert changed.error.startswith(f"Error: Cannot resume: '{case.output}' holds 9 result(s)"), changed.err
 
 
 def test_a_running_server_without_settings_is_used_and_recorded_unverified(case: Case) -> None:
@@ -99,17 +96,17 @@ def test_a_launched_server_is_recorded_launched_and_keyed_by_its_settings(case: 
     assert len(rows) == 9
 
 
-def test_prefect_batch_key_of_a_running_server_ignores_its_unapplied_settings(case: Case) -> None:
-    """Default (Prefect) mode: the cached batch of a running server is named by its address, not by
-    settings gymflow could not apply, so a rerun under another setting reuses it instead of claiming
-    a rescore that did not happen (§3.10 point 4)."""
+def test_prefect_batch_key_of_a_running_server_names_its_settings(case: Case) -> None:
+    """Default (Prefect) mode: the cached batch of a reused server is named by the settings the
+    config gives it, so a rerun under another setting verifies again; the same setting is a hit."""
     assert case.run("--reuse-server", direct=False).code == 0
     assert len(case.server.log("/verify")) == 9
-    first = servers_of(case)[0]["config_sha256"]
     case.server.reset()
-    outcome = case.run("--reuse-server", LENIENT, output=case.path("again.jsonl"), write=False, direct=False)
-    assert outcome.code == 0, outcome.err
+    again = case.run("--reuse-server", output=case.path("again.jsonl"), write=False, direct=False)
+    assert again.code == 0, again.err
     assert case.server.log("/verify") == []  # the batch came from the result store
-    assert [r["reward"] for r in case.out_rows("again.jsonl")] == [r["reward"] for r in case.out_rows()]
-    record = json.loads(case.path("again.provenance.json").read_text())
-    assert record["verifier"]["resources_servers"][0]["config_sha256"] == first
+    outcome = case.run("--reuse-server", LENIENT, output=case.path("other.jsonl"), write=False, direct=False)
+    assert outcome.code == 0, outcome.err
+    assert len(case.server.log("/verify")) == 9
+    record = json.loads(case.path("other.provenance.json").read_text())
+    assert record["verifier"]["resources_servers"][0]["settings"] == "unverified"
