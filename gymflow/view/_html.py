@@ -4,7 +4,6 @@ an inline SVG bar chart. Pure string functions, no I/O; nothing is fetched from 
 from __future__ import annotations
 
 import html
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -24,14 +23,13 @@ def esc(value: object) -> str:
 
 
 def fmt(value: Any) -> str:
-    """A value as a table shows it: floats to 6 significant digits, None as a dash."""
+    """A value as a table shows it: floats exact (``repr``), None as a dash, JSON as JSON."""
     if value is None:
         return "—"
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, float):
-        short = repr(value)
-        return short if len(short) <= 12 or not math.isfinite(value) else format(value, ".6g")
+        return repr(value)  # exactly what the report holds (an auditor compares digits)
     if isinstance(value, (dict, list)):
         return orjson.dumps(value).decode()
     return str(value)

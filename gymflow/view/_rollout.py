@@ -64,7 +64,17 @@ def table_rows(rows: Sequence[RolloutRow], links: Links, has_reverify: bool) -> 
     )
 
 
+MAX_OPTIONS = 200
+"""A filter with more values than this is a text box (a run of 20,000 tasks)."""
+
+
 def _select(name: str, values: Sequence[str], chosen: str | None) -> str:
+    if len(values) > MAX_OPTIONS:
+        value = esc(chosen or "")
+        return (
+            f'<label>{esc(name)} <input name="{esc(name)}" value="{value}" size=10 '
+            f'placeholder="any of {len(values)}"></label>'
+        )
     options = [f'<option value="">any {esc(name)}</option>']
     options += [
         f'<option value="{esc(v)}"{" selected" if v == chosen else ""}>{esc(v)}</option>' for v in values

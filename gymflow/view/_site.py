@@ -136,7 +136,7 @@ function apply(){var v=f.verdict.value,c=f.check.value,t=f.task.value,n=0;
 document.querySelectorAll('#rollouts table.rollouts tbody tr').forEach(function(r){
 var ok=(!v||r.dataset.verdict===v)&&(!t||r.dataset.task===t)&&(!c||(' '+r.dataset.checks+' ').indexOf(' '+c+' ')>=0);
 r.style.display=ok?'':'none';if(ok)n++;});document.getElementById('shown').textContent=n;}
-f.addEventListener('change',apply);apply();})();
+f.addEventListener('change',apply);f.addEventListener('input',apply);apply();})();
 """
 _STATIC_CSS = (
     "<style>.page{display:none}.page:target{display:block}"
