@@ -26,25 +26,37 @@ import orjson
 from gymflow.view import ViewServer, load_run, write_report_html
 from gymflow.view._report import ReportJob
 
-CHECKS = ("agent_turn_hollow", "model_call_zero_completion_tokens", "model_call_failed", "rollout_token_count_mismatch")
+CHECKS = (
+    "agent_turn_hollow",
+    "model_call_zero_completion_tokens",
+    "model_call_failed",
+    "rollout_token_count_mismatch",
+)
 REPEATS = 8
 
 
 def _rollout(task: int, rollout: int, reward: float, rng: random.Random) -> dict[str, Any]:
     answer = " ".join(rng.choice(("lo", "ma", "ri", "tesa", "nu", "kaval")) for _ in range(12))
-    call = {
+    call: dict[str, Any] = {
         "model_call_id": f"mc-{task}-{rollout}",
         "duration_ms": 812.0,
-        "request": {"model": "policy", "input": [{"type": "message", "role": "user", "content": f"question {task}"}]},
-        "response": {"output": [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": answer}]}]},
+        "request": {
+            "model": "policy",
+            "input": [{"type": "message", "role": "user", "content": f"question {task}"}],
+        },
+        "response": {
+            "output": [
+                {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": answer}]}
+            ]
+        },
         "response_metadata": {"model": "policy", "status_code": 200, "finish_reason": "stop"},
         "token_stats": {"prompt_tokens": 150, "completion_tokens": 20, "total_tokens": 170},
     }
     return {
         "_ng_task_index": task,
         "_ng_rollout_index": rollout,
-        "responses_create_params": {"input": [{"type": "message", "role": "user", "content": f"question {task}"}]},
-        "response": {"output": call["response"]["output"], "usage": {"input_tokens": 150, "output_tokens": 20}},
+        "responses_create_params": {"input": call["request"]["input"]},
+        "response": {"output": call["response"]["output"], "usage": {"input_tokens": 150}},
         "reward": reward,
         "agent_ref": {"name": "bench_agent"},
         "ng_trajectory": {
@@ -92,7 +104,10 @@ def write_synthetic_run(directory: Path, rows: int, seed: int = 7) -> dict[str, 
             judged.write(orjson.dumps(row) + b"\n")
             if n % 10 == 0:
                 after = (1.0 - reward) if n % 30 == 0 else reward
-                again.write(orjson.dumps({"_ng_task_index": task, "_ng_rollout_index": rollout, "reward": after}) + b"\n")
+                again.write(
+                    orjson.dumps({"_ng_task_index": task, "_ng_rollout_index": rollout, "reward": after})
+                    + b"\n"
+                )
     summary = {"run": {"verdicts": verdicts, "issues": issues}, "tasks": {}}
     (directory / "quality_summary.json").write_text(json.dumps(summary))
     return verdicts
@@ -122,7 +137,9 @@ def _browser_load(chromium: str, urls: list[str]) -> list[float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rows", type=int, default=160_000)
     parser.add_argument("--dir", type=Path, default=Path("/tmp/gymflow-view-bench"))
     parser.add_argument("--chromium", default=shutil.which("chromium") or "")
@@ -141,7 +158,8 @@ def main() -> None:
     started = time.perf_counter()
     write_report_html(ReportJob(str(run)))
     html = run / "report.html"
-    print(f"report.html: {html.stat().st_size / 2**10:.0f} KiB, written in {time.perf_counter() - started:.2f} s")
+    elapsed = time.perf_counter() - started
+    print(f"report.html: {html.stat().st_size / 2**10:.0f} KiB, written in {elapsed:.2f} s")
 
     with ViewServer(reports, 0) as server:
         base = f"http://127.0.0.1:{server.port}"
@@ -149,7 +167,9 @@ def main() -> None:
         pages = {
             "rollouts page 1": f"{base}/rollouts",
             f"rollouts page {middle + 1}": f"{base}/rollouts?page={middle}",
-            "rollouts verdict=unhealthy check=model_call_failed page 3": f"{base}/rollouts?verdict=unhealthy&check=model_call_failed&page=2",
+            "rollouts verdict=unhealthy check=model_call_failed page 3": (
+                f"{base}/rollouts?verdict=unhealthy&check=model_call_failed&page=2"
+            ),
             "rollout 80000": f"{base}/rollout/{min(80_000, args.rows - 1)}",
         }
         for label, url in pages.items():
@@ -159,7 +179,9 @@ def main() -> None:
                 times.append(elapsed)
             print(f"GET {label}: {length / 2**10:.0f} KiB, median {statistics.median(times) * 1000:.0f} ms")
         if args.chromium:
-            loads = _browser_load(args.chromium, [html.as_uri(), pages["rollouts page 1"], pages[f"rollouts page {middle + 1}"]])
+            loads = _browser_load(
+                args.chromium, [html.as_uri(), pages["rollouts page 1"], pages[f"rollouts page {middle + 1}"]]
+            )
             print(f"Chromium load event: report.html {loads[0]:.2f} s, rollouts page 1 {loads[1]:.2f} s, "
                   f"rollouts page {middle + 1} {loads[2]:.2f} s")  # fmt: skip
 

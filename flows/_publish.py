@@ -70,7 +70,9 @@ def publish(
     uris = {label: storage.to_uri(url) for label, url in reports.items()}
     links = "\n".join(f"- {label}: [view]({view.view_url(uri)}) `{uri}`" for label, uri in uris.items())
     create_markdown_artifact(
-        f"{summary_markdown}\n\n{links}\n\n{view_note(uris.values())}\n", key=f"{key}-summary", description=command
+        f"{summary_markdown}\n\n{links}\n\n{view_note(uris.values())}\n",
+        key=f"{key}-summary",
+        description=command,
     )
     if inputs:
         create_table_artifact(

@@ -64,7 +64,10 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace, extras: Seque
         )
         return 1
     rows = len(reports.index) if reports.index is not None else 0
-    print(f"Indexed {rows} rollout(s) of {reports.run} in {time.perf_counter() - started:.1f} s", file=sys.stderr)
+    print(
+        f"Indexed {rows} rollout(s) of {reports.run} in {time.perf_counter() - started:.1f} s",
+        file=sys.stderr,
+    )
     print(f"gymflow view: {server.url}", flush=True)
     print("Stop it with Ctrl-C.", file=sys.stderr, flush=True)
     return _serve_until_signal(server)

@@ -87,33 +87,53 @@ def bar_chart(items: Sequence[tuple[str, int]], *, title: str) -> Html:
 
 
 CSS = """
-body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;color:#1d2330;background:#f6f7f9}
+body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;color:#1d2330;
+background:#f6f7f9}
 header{background:#1f2a44;color:#fff;padding:10px 18px}
-header h1{font-size:17px;margin:0 0 6px 0} header .run{font:12px monospace;opacity:.85;word-break:break-all}
-nav a{color:#cfe0ff;margin-right:16px;text-decoration:none;font-weight:600} nav a.on{color:#fff;border-bottom:2px solid #fff}
+header h1{font-size:17px;margin:0 0 6px 0}
+header .run{font:12px monospace;opacity:.85;word-break:break-all}
+nav a{color:#cfe0ff;margin-right:16px;text-decoration:none;font-weight:600}
+nav a.on{color:#fff;border-bottom:2px solid #fff}
 main{padding:14px 18px;max-width:1500px}
 section{background:#fff;border:1px solid #dde1e8;border-radius:6px;padding:10px 14px;margin:0 0 14px 0}
-h2{font-size:16px;margin:4px 0 10px} h3{font-size:14px;margin:12px 0 6px}
-table{border-collapse:collapse;margin:4px 0 8px} th,td{border:1px solid #dde1e8;padding:3px 8px;text-align:left;vertical-align:top}
-th{background:#eef1f6;font-weight:600} td{font-variant-numeric:tabular-nums}
+h2{font-size:16px;margin:4px 0 10px}
+h3{font-size:14px;margin:12px 0 6px}
+table{border-collapse:collapse;margin:4px 0 8px}
+th,td{border:1px solid #dde1e8;padding:3px 8px;text-align:left;vertical-align:top}
+th{background:#eef1f6;font-weight:600}
+td{font-variant-numeric:tabular-nums}
 td.hash,.hash{font-family:monospace;font-size:12px;word-break:break-all}
-.verdict-healthy{color:#17692c;font-weight:600}.verdict-unhealthy{color:#a4161a;font-weight:600}.verdict-unobserved{color:#8a6d00;font-weight:600}
-.muted{color:#6b7385} .note{background:#fff8e1;border:1px solid #f0d98c;padding:6px 10px;border-radius:4px}
-pre.json{background:#f3f4f7;padding:6px 8px;border-radius:4px;max-height:420px;overflow:auto;white-space:pre-wrap;word-break:break-all;font-size:12px}
-.chart text{font-size:12px;fill:#1d2330} .chart .bar{fill:#4c78c8} .chart .bar.zero{fill:#c9ced8} .chart .count{fill:#3b4252}
-.msg{border-left:3px solid #c9ced8;padding:2px 8px;margin:4px 0;white-space:pre-wrap;word-break:break-word}
+.verdict-healthy{color:#17692c;font-weight:600}
+.verdict-unhealthy{color:#a4161a;font-weight:600}
+.verdict-unobserved{color:#8a6d00;font-weight:600}
+.muted{color:#6b7385}
+.note{background:#fff8e1;border:1px solid #f0d98c;padding:6px 10px;border-radius:4px}
+pre.json{background:#f3f4f7;padding:6px 8px;border-radius:4px;max-height:420px;overflow:auto;
+white-space:pre-wrap;word-break:break-all;font-size:12px}
+.chart text{font-size:12px;fill:#1d2330}
+.chart .bar{fill:#4c78c8}
+.chart .bar.zero{fill:#c9ced8}
+.chart .count{fill:#3b4252}
+.msg{border-left:3px solid #c9ced8;padding:2px 8px;margin:4px 0;white-space:pre-wrap;
+word-break:break-word}
 .msg .role{font-weight:600;font-size:12px;color:#4c5567;text-transform:uppercase}
-form.filters{margin:6px 0 10px} form.filters select,form.filters input{margin-right:10px}
-.pager a,.pager span{margin-right:10px} .ok{color:#17692c;font-weight:600} .bad{color:#a4161a;font-weight:600}
-a.button{display:inline-block;background:#1f2a44;color:#fff;padding:3px 10px;border-radius:4px;text-decoration:none}
-.pill{display:inline-block;background:#eef1f6;border-radius:9px;padding:0 7px;margin:1px 2px;font-size:12px}
+form.filters{margin:6px 0 10px}
+form.filters select,form.filters input{margin-right:10px}
+.pager a,.pager span{margin-right:10px}
+.ok{color:#17692c;font-weight:600}
+.bad{color:#a4161a;font-weight:600}
+a.button{display:inline-block;background:#1f2a44;color:#fff;padding:3px 10px;border-radius:4px;
+text-decoration:none}
+.pill{display:inline-block;background:#eef1f6;border-radius:9px;padding:0 7px;margin:1px 2px;
+font-size:12px}
 """
 
 
 def document(title: str, run: str, nav: Mapping[str, str], active: str, body: str, script: str = "") -> str:
     """A whole HTML page: the header with the run's URI and navigation, then ``body``."""
     links = "".join(
-        f'<a href="{esc(href)}"{" class=on" if name == active else ""}>{esc(name)}</a>' for name, href in nav.items()
+        f'<a href="{esc(href)}"{" class=on" if name == active else ""}>{esc(name)}</a>'
+        for name, href in nav.items()
     )
     tail = f"<script>{script}</script>" if script else ""
     return (

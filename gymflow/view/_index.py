@@ -198,7 +198,9 @@ def _record_spans(
             if row is None:
                 continue
             key = _key(
-                _decoded(row, "_ng_task_index"), _decoded(row, "_ng_rollout_index"), _decoded(row, "stage_index")
+                _decoded(row, "_ng_task_index"),
+                _decoded(row, "_ng_rollout_index"),
+                _decoded(row, "stage_index"),
             )
             spans[key].append((number, offset, offset + len(line), _decoded(row, "reward")))
     return spans, count
@@ -212,7 +214,9 @@ def _reverified_rewards(url: str | None) -> dict[_Key, Any]:
         row = _scalars(line) if line.strip() else None
         if row is not None:
             key = _key(
-                _decoded(row, "_ng_task_index"), _decoded(row, "_ng_rollout_index"), _decoded(row, "stage_index")
+                _decoded(row, "_ng_task_index"),
+                _decoded(row, "_ng_rollout_index"),
+                _decoded(row, "stage_index"),
             )
             out[key] = _decoded(row, "reward")
     return out

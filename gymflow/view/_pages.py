@@ -16,7 +16,14 @@ from gymflow.view._rollout import Links, verdict
 __all__ = ["failures_by_class", "metrics_body", "overview_body", "provenance_body", "reverify_body"]
 
 NOT_COMPUTED = "not computed"
-_GROUP_COLUMNS = ("num_rollouts", "mean/reward", "min/reward", "max/reward", "std/reward", "mean/total_tokens")
+_GROUP_COLUMNS = (
+    "num_rollouts",
+    "mean/reward",
+    "min/reward",
+    "max/reward",
+    "std/reward",
+    "mean/total_tokens",
+)
 _PASS_PREFIXES = ("pass@", "majority@", "no_answer", "pass_at")
 
 
@@ -55,7 +62,9 @@ def _reverify_summary(reports: RunReports) -> str:
         ["failures (sidecar rows)", len(reports.sidecar)],
     ]
     for name, entry in _by_agent(reports.reverify_metrics).items():
-        rows.append([f"mean/reward after reverify ({name})", (entry.get("agent_metrics") or {}).get("mean/reward")])
+        rows.append(
+            [f"mean/reward after reverify ({name})", (entry.get("agent_metrics") or {}).get("mean/reward")]
+        )
     return str(table(["reverify", "value"], rows))
 
 
@@ -69,7 +78,9 @@ def overview_body(
     verdicts = run.get("verdicts") or {}
     if verdicts:
         total = sum(int(v) for v in verdicts.values())
-        rows = [[link(links.rollouts(Filters(verdict=name)), name), count] for name, count in verdicts.items()]
+        rows = [
+            [link(links.rollouts(Filters(verdict=name)), name), count] for name, count in verdicts.items()
+        ]
         rows.append(["all", total])
         parts.append(_section("Verdicts", str(table(["verdict", "rollouts"], rows)), "verdicts"))
     else:
@@ -79,13 +90,15 @@ def overview_body(
         chart = bar_chart([(str(k), int(v)) for k, v in issues.items()], title="issues per check")
         rows = [[link(links.rollouts(Filters(check=k)), k) if v else k, v] for k, v in issues.items()]
         parts.append(_section("Issues per check", f"{chart}{table(['check', 'issues'], rows)}", "issues"))
-    metrics = []
+    metrics: list[list[Any]] = []
     for name, entry in _by_agent(reports.metrics).items():
         metrics.extend([name, key, value] for key, value in (entry.get("key_metrics") or {}).items())
     parts.append(
         _section(
             "Key metrics per agent",
-            str(table(["agent", "metric", "value"], metrics)) if metrics else "<p class=muted>no aggregate metrics</p>",
+            str(table(["agent", "metric", "value"], metrics))
+            if metrics
+            else "<p class=muted>no aggregate metrics</p>",
             "key-metrics",
         )
     )
@@ -99,14 +112,18 @@ def overview_body(
 def _metric_rows(
     all_metrics: Mapping[str, Any], healthy: Mapping[str, Any] | None, keys: Sequence[str]
 ) -> list[list[Any]]:
-    return [[key, all_metrics.get(key), NOT_COMPUTED if healthy is None else healthy.get(key)] for key in keys]
+    return [
+        [key, all_metrics.get(key), NOT_COMPUTED if healthy is None else healthy.get(key)] for key in keys
+    ]
 
 
 def metrics_body(reports: RunReports) -> Html:
     """Per agent: rewards over all rollouts beside rewards over healthy rollouts only, pass@k,
     every agent metric, then the group (task) table."""
     if not reports.metrics:
-        return Html(_section("Metrics", "<p class=muted>no aggregate metrics (rollouts_aggregate_metrics.json)</p>"))
+        return Html(
+            _section("Metrics", "<p class=muted>no aggregate metrics (rollouts_aggregate_metrics.json)</p>")
+        )
     healthy_by_agent = _by_agent(reports.healthy_metrics) if reports.healthy_metrics is not None else None
     parts = []
     if healthy_by_agent is None:
@@ -123,12 +140,22 @@ def metrics_body(reports: RunReports) -> Html:
         reward_keys = [k for k in agent_metrics if "reward" in k and "across_repeats" not in k]
         body = [
             "<h3>rewards: all rollouts and healthy rollouts only</h3>",
-            str(table(["metric", "all rollouts", "healthy rollouts only"], _metric_rows(agent_metrics, healthy, reward_keys))),
+            str(
+                table(
+                    ["metric", "all rollouts", "healthy rollouts only"],
+                    _metric_rows(agent_metrics, healthy, reward_keys),
+                )
+            ),
         ]
         pass_keys = [k for k in agent_metrics if k.startswith(_PASS_PREFIXES)]
         body.append("<h3>pass@k</h3>")
         body.append(
-            str(table(["metric", "all rollouts", "healthy rollouts only"], _metric_rows(agent_metrics, healthy, pass_keys)))
+            str(
+                table(
+                    ["metric", "all rollouts", "healthy rollouts only"],
+                    _metric_rows(agent_metrics, healthy, pass_keys),
+                )
+            )
             if pass_keys
             else "<p class=muted>no pass@k metrics (aggregate's pass_majority is off)</p>"
         )
@@ -137,14 +164,24 @@ def metrics_body(reports: RunReports) -> Html:
         groups = [g for g in entry.get("group_level_metrics") or [] if isinstance(g, Mapping)]
         body.append("<h3>group (task) metrics</h3>")
         body.append(
-            str(table(["task", *_GROUP_COLUMNS], [[g.get("_ng_task_index"), *(g.get(c) for c in _GROUP_COLUMNS)] for g in groups]))
+            str(
+                table(
+                    ["task", *_GROUP_COLUMNS],
+                    [[g.get("_ng_task_index"), *(g.get(c) for c in _GROUP_COLUMNS)] for g in groups],
+                )
+            )
         )
         repeats = [r for r in entry.get("repeat_level_metrics") or [] if isinstance(r, Mapping)]
         if repeats:
             columns = ("sample_count", "missing_count", "mean/reward", "mean/total_tokens")
             body.append("<h3>repeat metrics</h3>")
             body.append(
-                str(table(["repeat", *columns], [[r.get("_ng_rollout_index"), *(r.get(c) for c in columns)] for r in repeats]))
+                str(
+                    table(
+                        ["repeat", *columns],
+                        [[r.get("_ng_rollout_index"), *(r.get(c) for c in columns)] for r in repeats],
+                    )
+                )
             )
         parts.append(_section(f"Agent {name}", "".join(body), f"agent-{name}"))
     return Html("".join(parts))
@@ -153,10 +190,16 @@ def metrics_body(reports: RunReports) -> Html:
 def reverify_body(reports: RunReports, links: Links) -> Html:
     """Rows whose reward changed (old x new per task, then each row) and the failure sidecar."""
     if reports.reverified_url is None:
-        return Html(_section("Reverify", "<p class=muted>This run was not re-verified (no rollouts_reverified.jsonl).</p>"))
+        return Html(
+            _section(
+                "Reverify", "<p class=muted>This run was not re-verified (no rollouts_reverified.jsonl).</p>"
+            )
+        )
     index = reports.index
     changed = list(index.changed()) if index is not None else []
-    parts = [_section("Reverify", _reverify_summary(reports) + f"<p class=hash>{esc(reports.reverified_url)}</p>")]
+    parts = [
+        _section("Reverify", _reverify_summary(reports) + f"<p class=hash>{esc(reports.reverified_url)}</p>")
+    ]
     by_task: dict[str, Counter[tuple[str, str]]] = defaultdict(Counter)
     for row in changed:
         by_task[row.task][(fmt(row.reward), fmt(row.reverified))] += 1
@@ -165,13 +208,27 @@ def reverify_body(reports: RunReports, links: Links) -> Html:
         olds = sorted({old for old, _ in counts})
         news = sorted({new for _, new in counts})
         rows = [[f"old {old}", *(counts.get((old, new), 0) for new in news)] for old in olds]
-        matrices.append(f"<h3>task {esc(task)}</h3>" + str(table(["old \\ new", *(f"new {n}" for n in news)], rows)))
+        matrices.append(
+            f"<h3>task {esc(task)}</h3>" + str(table(["old \\ new", *(f"new {n}" for n in news)], rows))
+        )
     if changed:
         rows_table = table(
             ["#", "task", "rollout", "verdict", "reward", "reverified reward"],
-            [[link(links.rollout(r.number), r.number), r.task, r.rollout, verdict(r.verdict), r.reward, r.reverified] for r in changed],
+            [
+                [
+                    link(links.rollout(r.number), r.number),
+                    r.task,
+                    r.rollout,
+                    verdict(r.verdict),
+                    r.reward,
+                    r.reverified,
+                ]
+                for r in changed
+            ],
         )
-        parts.append(_section(f"Rewards that changed ({len(changed)})", "".join(matrices) + str(rows_table), "changed"))
+        parts.append(
+            _section(f"Rewards that changed ({len(changed)})", "".join(matrices) + str(rows_table), "changed")
+        )
     else:
         parts.append(_section("Rewards that changed", "<p>No reward changed.</p>", "changed"))
     if reports.sidecar:
@@ -193,7 +250,11 @@ def reverify_body(reports: RunReports, links: Links) -> Html:
 
 
 def _files(entries: Sequence[Any]) -> Html:
-    rows = [[e.get("uri"), e.get("bytes"), Html(f"<span class=hash>{esc(e.get('sha256'))}</span>")] for e in entries if isinstance(e, Mapping)]
+    rows = [
+        [e.get("uri"), e.get("bytes"), Html(f"<span class=hash>{esc(e.get('sha256'))}</span>")]
+        for e in entries
+        if isinstance(e, Mapping)
+    ]
     return table(["uri", "bytes", "sha256"], rows, css="files")
 
 
@@ -204,16 +265,23 @@ def _code(code: Mapping[str, Any]) -> Html:
         rows.append(["git commit", Html(f"<span class=hash>{esc(git.get('commit'))}</span>")])
         rows.append(["dirty", bool(git.get("dirty"))])
     if code.get("files_sha256"):
-        rows.append(["installed files sha256", Html(f"<span class=hash>{esc(code.get('files_sha256'))}</span>")])
+        rows.append(
+            ["installed files sha256", Html(f"<span class=hash>{esc(code.get('files_sha256'))}</span>")]
+        )
     for name, version in (code.get("packages") or {}).items():
         rows.append([name, version])
     return table(["code", "version"], rows)
 
 
 def _checks(checks: Sequence[FileCheck]) -> Html:
-    rows = [[Html(f"<span class={'ok' if c.status == 'ok' else 'bad'}>{esc(c.status)}</span>"), c.uri] for c in checks]
+    rows = [
+        [Html(f"<span class={'ok' if c.status == 'ok' else 'bad'}>{esc(c.status)}</span>"), c.uri]
+        for c in checks
+    ]
     verdict_line = "all files verify" if all(c.status == "ok" for c in checks) else "some files do not verify"
-    return Html(f"<p class=verify-result><b>{esc(verdict_line)}</b></p>" + str(table(["status", "uri"], rows)))
+    return Html(
+        f"<p class=verify-result><b>{esc(verdict_line)}</b></p>" + str(table(["status", "uri"], rows))
+    )
 
 
 def provenance_body(
@@ -237,9 +305,14 @@ def provenance_body(
         if checks is not None:
             live = _checks(checks)
         elif href is not None:
-            live = Html(f'<p>{link(href, "verify now (re-hash every file)", css="button", role="button")}</p>')
+            live = Html(
+                f"<p>{link(href, 'verify now (re-hash every file)', css='button', role='button')}</p>"
+            )
         else:
-            live = Html(f"<p class=muted>Check it: <code>gymflow provenance verify {esc(url)}</code> (or open this run in <code>gymflow view</code>).</p>")
+            live = Html(
+                f"<p class=muted>Check it: <code>gymflow provenance verify {esc(url)}</code> "
+                "(or open this run in <code>gymflow view</code>).</p>"
+            )
         orchestrator = record.get("orchestrator") or {}
         facts = table(
             ["field", "value"],
@@ -249,7 +322,12 @@ def provenance_body(
                 ["started", record.get("started_at")],
                 ["finished", record.get("finished_at")],
                 ["orchestrator", orchestrator.get("kind")],
-                ["flow run", link(orchestrator["flow_run_url"], orchestrator["flow_run_url"]) if orchestrator.get("flow_run_url") else "—"],
+                [
+                    "flow run",
+                    link(orchestrator["flow_run_url"], orchestrator["flow_run_url"])
+                    if orchestrator.get("flow_run_url")
+                    else "—",
+                ],
             ],
         )
         verifier = record.get("verifier")

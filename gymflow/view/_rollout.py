@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from gymflow.view._html import Html, cell, esc, fmt, json_block, link, table
+from gymflow.view._html import Html, esc, fmt, json_block, link, table
 from gymflow.view._index import NOT_REVERIFIED, Filters, Page, RolloutRow
 
 __all__ = ["Links", "message", "rollout_body", "rollouts_body", "table_rows", "verdict"]
@@ -170,6 +170,10 @@ def _messages(items: Any) -> Html:
     return Html("".join(message(item) for item in items))
 
 
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
 def _model_calls(calls: Sequence[Any]) -> Html:
     if not calls:
         return Html("<p class=muted>no model calls recorded</p>")
@@ -193,14 +197,25 @@ def _model_calls(calls: Sequence[Any]) -> Html:
             ]
         )
     summary = table(
-        ["model call", "model", "status", "finish", "ms", "prompt", "completion", "reasoning", "total tokens"], rows
+        [
+            "model call",
+            "model",
+            "status",
+            "finish",
+            "ms",
+            "prompt",
+            "completion",
+            "reasoning",
+            "total tokens",
+        ],
+        rows,
     )
     details = []
     for call in calls:
         if not isinstance(call, Mapping):
             continue
-        request = call.get("request") if isinstance(call.get("request"), Mapping) else {}
-        response = call.get("response") if isinstance(call.get("response"), Mapping) else {}
+        request = _mapping(call.get("request"))
+        response = _mapping(call.get("response"))
         details.append(
             f"<details><summary>{esc(call.get('model_call_id'))}: request and response</summary>"
             f"<h3>request</h3>{_messages(request.get('input'))}"
@@ -233,7 +248,11 @@ def _trajectory(record: Mapping[str, Any]) -> Html:
                         _text(t.get("question")),
                         _text(t.get("answer")),
                         t.get("step_count"),
-                        ", ".join(str(c.get("model_call_id")) for c in t.get("model_calls") or [] if isinstance(c, Mapping)),
+                        ", ".join(
+                            str(c.get("model_call_id"))
+                            for c in t.get("model_calls") or []
+                            if isinstance(c, Mapping)
+                        ),
                     ]
                     for t in turns
                 ],
@@ -245,7 +264,13 @@ def _trajectory(record: Mapping[str, Any]) -> Html:
             table(
                 ["tool call", "tool", "status", "ms", "output"],
                 [
-                    [t.get("tool_call_id"), t.get("tool_name"), t.get("status"), t.get("duration_ms"), _text(t.get("output"))]
+                    [
+                        t.get("tool_call_id"),
+                        t.get("tool_name"),
+                        t.get("status"),
+                        t.get("duration_ms"),
+                        _text(t.get("output")),
+                    ]
                     for t in tools
                 ],
             )
@@ -277,13 +302,26 @@ def rollout_body(
     findings = [f for f in verdict_row.get("findings") or [] if isinstance(f, Mapping)]
     facts = table(
         ["task", "rollout", "rollout id", "verdict", "reward", "reverified reward"],
-        [[row.task, row.rollout, verdict_row.get("rollout_id"), verdict(row.verdict), row.reward, _reverified(row, has_reverify)]],
+        [
+            [
+                row.task,
+                row.rollout,
+                verdict_row.get("rollout_id"),
+                verdict(row.verdict),
+                row.reward,
+                _reverified(row, has_reverify),
+            ]
+        ],
     )
     if findings:
         found = table(
             ["check", "locator", "detail"],
             [
-                [link(links.rollouts(Filters(check=str(f.get("check")))), f.get("check")), f.get("locator"), json_block(f.get("detail"))]
+                [
+                    link(links.rollouts(Filters(check=str(f.get("check")))), f.get("check")),
+                    f.get("locator"),
+                    json_block(f.get("detail")),
+                ]
                 for f in findings
             ],
             css="findings",
@@ -291,13 +329,20 @@ def rollout_body(
     else:
         found = Html("<p>No findings.</p>")
     unobserved = verdict_row.get("unobserved") or []
-    missing = f"<p>Unobserved checks (evidence missing): {_pills([str(u) for u in unobserved])}</p>" if unobserved else ""
-    trajectory = _trajectory(record) if record is not None else Html("<p class=muted>the rollouts file does not hold this row</p>")
+    missing = (
+        f"<p>Unobserved checks (evidence missing): {_pills([str(u) for u in unobserved])}</p>"
+        if unobserved
+        else ""
+    )
+    trajectory = (
+        _trajectory(record)
+        if record is not None
+        else Html("<p class=muted>the rollouts file does not hold this row</p>")
+    )
     ident = f" id={esc(anchor)}" if anchor else ""
     back = link(links.page("rollouts"), "← all rollouts")
     return Html(
-        f"<section{ident} class=rollout><h2>Rollout {esc(row.number)}: task {esc(row.task)}, rollout {esc(row.rollout)}</h2>"
+        f"<section{ident} class=rollout>"
+        f"<h2>Rollout {esc(row.number)}: task {esc(row.task)}, rollout {esc(row.rollout)}</h2>"
         f"<p>{back}</p>{facts}<h3>findings</h3>{found}{missing}<h2>Trajectory</h2>{trajectory}</section>"
     )
-
-

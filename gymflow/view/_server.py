@@ -84,7 +84,9 @@ class ViewServer:
         name = parts[0] if parts else "overview"
         if name == "rollouts":
             filters = Filters(one.get("verdict") or None, one.get("check") or None, one.get("task") or None)
-            return HTTPStatus.OK, server_page(reports, "rollouts", filters=filters, page_number=_int(one.get("page")))
+            return HTTPStatus.OK, server_page(
+                reports, "rollouts", filters=filters, page_number=_int(one.get("page"))
+            )
         if name == "rollout" and len(parts) == 2 and reports.index is not None:
             number = _int(parts[1], -1)
             if 0 <= number < len(reports.index):

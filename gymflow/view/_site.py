@@ -92,7 +92,7 @@ def server_page(
     reports: RunReports,
     name: str,
     *,
-    filters: Filters = Filters(),
+    filters: Filters | None = None,
     page_number: int = 0,
     rollout: int | None = None,
     verified: Mapping[str, Sequence[FileCheck]] | None = None,
@@ -104,8 +104,11 @@ def server_page(
         body = overview_body(reports, links, reports.steps, failures_by_class(reports))
     elif name == "rollouts":
         if index is None:
-            body = Html("<section><h2>Rollouts</h2><p class=muted>no rollout_verdicts.jsonl in this run</p></section>")
+            body = Html(
+                "<section><h2>Rollouts</h2><p class=muted>no rollout_verdicts.jsonl in this run</p></section>"
+            )
         else:
+            filters = filters or Filters()
             body = rollouts_body(
                 index.page(filters, page_number, PAGE_SIZE),
                 filters,
@@ -116,7 +119,11 @@ def server_page(
             )
     elif name == "rollout" and index is not None and rollout is not None:
         body = rollout_body(
-            index.row(rollout), index.verdict_row(rollout), index.record(rollout), links, has_reverify=index.has_reverify
+            index.row(rollout),
+            index.verdict_row(rollout),
+            index.record(rollout),
+            links,
+            has_reverify=index.has_reverify,
         )
         name = "rollouts"
     elif name == "metrics":
@@ -134,7 +141,8 @@ _FILTER_SCRIPT = """
 (function(){var f=document.querySelector('#rollouts form.filters');if(!f)return;
 function apply(){var v=f.verdict.value,c=f.check.value,t=f.task.value,n=0;
 document.querySelectorAll('#rollouts table.rollouts tbody tr').forEach(function(r){
-var ok=(!v||r.dataset.verdict===v)&&(!t||r.dataset.task===t)&&(!c||(' '+r.dataset.checks+' ').indexOf(' '+c+' ')>=0);
+var ok=(!v||r.dataset.verdict===v)&&(!t||r.dataset.task===t)
+&&(!c||(' '+r.dataset.checks+' ').indexOf(' '+c+' ')>=0);
 r.style.display=ok?'':'none';if(ok)n++;});document.getElementById('shown').textContent=n;}
 f.addEventListener('change',apply);f.addEventListener('input',apply);apply();})();
 """
@@ -166,12 +174,23 @@ def static_report(
             else "This file holds every rollout."
         )
         table_body = rollouts_body(
-            page, Filters(), choices(reports), links, has_reverify=index.has_reverify, total_rows=len(index), static_note=note
+            page,
+            Filters(),
+            choices(reports),
+            links,
+            has_reverify=index.has_reverify,
+            total_rows=len(index),
+            static_note=note,
         )
         shown = f"<p><span id=shown>{len(page.rows)}</span> rows shown by the filters above.</p>"
         pages.append(("rollouts", Html(str(table_body) + shown)))
     else:
-        pages.append(("rollouts", Html("<section><h2>Rollouts</h2><p class=muted>no rollout_verdicts.jsonl</p></section>")))
+        pages.append(
+            (
+                "rollouts",
+                Html("<section><h2>Rollouts</h2><p class=muted>no rollout_verdicts.jsonl</p></section>"),
+            )
+        )
     pages += [
         ("metrics", metrics_body(reports)),
         ("reverify", reverify_body(reports, links)),
@@ -181,7 +200,11 @@ def static_report(
     if index is not None:
         for number in sorted(held):
             detail = rollout_body(
-                index.row(number), index.verdict_row(number), index.record(number), links, has_reverify=index.has_reverify
+                index.row(number),
+                index.verdict_row(number),
+                index.record(number),
+                links,
+                has_reverify=index.has_reverify,
             )
             body.append(f'<div class="page" id="rollout-{number}">{detail}</div>')
     doc = document("report", reports.run, _nav(links), "", _STATIC_CSS + "".join(body), _FILTER_SCRIPT)

@@ -169,7 +169,10 @@ def test_prefect_post_publishes_artifacts_and_reruns_as_cache_hits(
     # each step's own summary is published in the post run too
     assert any((a.key or "").startswith("eval-health-check-my-run-") for a in by_type["markdown"])
     assert "health-check: ran" in summary.data
-    assert "report: ran" in summary.data and "Showing the first 33 of 33 rollouts" in (run_dir / "report.html").read_text()
+    assert (
+        "report: ran" in summary.data
+        and "Showing the first 33 of 33 rollouts" in (run_dir / "report.html").read_text()
+    )
     inputs = next(
         a for a in by_type["table"] if (a.key or "").startswith("eval-post-") and a.key.endswith("-inputs")
     )
@@ -188,7 +191,9 @@ def test_prefect_post_publishes_artifacts_and_reruns_as_cache_hits(
     assert not any(link.startswith("file:") for link in links)
     assert quality.as_uri() in summary.data and record.as_uri() in summary.data
     assert f"Links open while `gymflow view {run_dir.as_uri()}` is running" in summary.data
-    link_descriptions = [a.description or "" for a in artifacts if a.type == "markdown" and a.data.startswith("[")]
+    link_descriptions = [
+        a.description or "" for a in artifacts if a.type == "markdown" and a.data.startswith("[")
+    ]
     assert any(quality.as_uri() in text and "gymflow view" in text for text in link_descriptions)
 
     # Flow runs are tagged with their command and the run's name; task runs are not (each tag

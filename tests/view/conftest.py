@@ -3,8 +3,14 @@ the real ``/verify`` test server (one reward flipped each way, one judge failure
 
 from __future__ import annotations
 
+import re
 import shutil
+import signal
+import subprocess
+import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -50,3 +56,42 @@ def post_reverified(target: Path) -> Path:
 @pytest.fixture(scope="module")
 def reverified_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     yield post_reverified(tmp_path_factory.mktemp("view-reverify") / "run")
+
+
+@dataclass
+class Viewing:
+    base: str
+    """``http://127.0.0.1:PORT``"""
+    port: int
+    query: str
+    """``run=<the run's URI>``, as every link carries it"""
+    process: subprocess.Popen[str]
+
+    def url(self, path: str = "/") -> str:
+        return f"{self.base}{path}{'&' if '?' in path else '?'}{self.query}"
+
+
+@contextmanager
+def viewing(run: Path) -> Iterator[Viewing]:
+    """``gymflow view RUN --port 0`` in a process of its own, stopped by SIGINT (Ctrl-C) at the end
+    (its exit status and stderr are left on ``process`` for the caller to check)."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gymflow.cli", "view", str(run), "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        match = re.fullmatch(r"gymflow view: (http://127\.0\.0\.1:(\d+))/\?(run=\S+)\n", line)
+        assert match, (line, process.stderr.read() if process.poll() is not None and process.stderr else "")
+        yield Viewing(match.group(1), int(match.group(2)), match.group(3), process)
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGINT)
+        try:
+            process.wait(timeout=20)
+        finally:
+            if process.poll() is None:
+                process.kill()

@@ -106,16 +106,24 @@ def test_duplicate_identities_pair_with_their_records_in_file_order(tmp_path: Pa
     judges the k-th record of that identity, and an unreadable line pairs with no record."""
     run = tmp_path / "run"
     run.mkdir()
-    records = [{"_ng_task_index": 1, "_ng_rollout_index": 0, "reward": 0.25}, {"_ng_task_index": 0, "_ng_rollout_index": 0, "reward": 0.5},
-               {"_ng_task_index": 1, "_ng_rollout_index": 0, "reward": 0.75}]  # fmt: skip
+
+    def row(task: object, reward: float) -> dict[str, object]:
+        return {"_ng_task_index": task, "_ng_rollout_index": 0, "reward": reward}
+
+    def verdict(task: object, check: str | None) -> dict[str, object]:
+        findings = [{"check": check}] if check else []
+        return {"_ng_task_index": task, "_ng_rollout_index": 0, "verdict": "x", "findings": findings}
+
+    records = [row(1, 0.25), row(0, 0.5), row(1, 0.75)]
     (run / "rollouts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records) + "{not json\n")
+    duplicate = "rollout_duplicate_identity"
+    unreadable = "__unreadable_record__:input-0:line-4"
     verdicts = [
-        {"_ng_task_index": 0, "_ng_rollout_index": 0, "verdict": "healthy", "findings": []},
-        {"_ng_task_index": 1, "_ng_rollout_index": 0, "verdict": "unhealthy", "findings": [{"check": "rollout_duplicate_identity"}]},
-        {"_ng_task_index": 1, "_ng_rollout_index": 0, "verdict": "unhealthy", "findings": [{"check": "rollout_duplicate_identity"}]},
-        {"_ng_task_index": "__unreadable_record__:input-0:line-4", "_ng_rollout_index": 0, "verdict": "unhealthy",
-         "findings": [{"check": "record_unreadable"}]},
-    ]  # fmt: skip
+        verdict(0, None),
+        verdict(1, duplicate),
+        verdict(1, duplicate),
+        verdict(unreadable, "record_unreadable"),
+    ]
     (run / "rollout_verdicts.jsonl").write_text("".join(json.dumps(v) + "\n" for v in verdicts))
     index = load_run(str(run)).index
     assert index is not None

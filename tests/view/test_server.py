@@ -9,8 +9,6 @@ import json
 import re
 import signal
 import socket
-import subprocess
-import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -22,7 +20,7 @@ from gymflow import storage
 from gymflow.cli import main
 from gymflow.view import ViewServer, load_run, server_page, view_url
 
-from .conftest import EXAMPLE
+from .conftest import EXAMPLE, viewing
 
 
 def _get(url: str, host: str | None = None) -> tuple[int, str]:
@@ -41,31 +39,31 @@ def _listening(port: int) -> bool:
 
 
 def test_the_command_serves_every_page_and_stops_on_ctrl_c(example_run: Path) -> None:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "gymflow.cli", "view", str(example_run), "--port", "0"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert process.stdout is not None
-        line = process.stdout.readline()
-        match = re.fullmatch(r"gymflow view: (http://127\.0\.0\.1:(\d+))/\?(run=\S+)\n", line)
-        assert match, line
-        base, port, query = match.group(1), int(match.group(2)), match.group(3)
+    with viewing(example_run) as view:
+        base, port, query = view.base, view.port, view.query
         assert query == urlencode({"run": example_run.as_uri()})
 
         status, overview = _get(f"{base}/?{query}")
         assert status == 200
-        assert re.search(r">healthy</a></td><td>21<", overview) and re.search(r">unhealthy</a></td><td>8<", overview)
+        assert re.search(r">healthy</a></td><td>21<", overview) and re.search(
+            r">unhealthy</a></td><td>8<", overview
+        )
         assert '<svg class="chart"' in overview and "agent_turn_hollow: 5" in overview
         assert "mean/reward" in overview and "0.6666666666666666" in overview
 
         status, rollouts = _get(f"{base}/rollouts?{query}&verdict=unhealthy")
-        assert status == 200 and "Rollouts 1–8 of 8 matching (verdict = unhealthy); 33 in the run." in rollouts
-        number = int(re.search(r'href="/rollout/(\d+)\?[^"]*">\d+</a></td><td>1</td><td>1<', rollouts).group(1))
+        assert (
+            status == 200 and "Rollouts 1–8 of 8 matching (verdict = unhealthy); 33 in the run." in rollouts
+        )
+        found = re.search(r'href="/rollout/(\d+)\?[^"]*">\d+</a></td><td>1</td><td>1<', rollouts)
+        assert found, rollouts
+        number = int(found.group(1))
         status, rollout = _get(f"{base}/rollout/{number}?{query}")
-        assert status == 200 and "agent_turn_hollow" in rollout and "agent turn has no message or tool calls" in rollout
+        assert (
+            status == 200
+            and "agent_turn_hollow" in rollout
+            and "agent turn has no message or tool calls" in rollout
+        )
         assert "mc-d78d9dff6be4" in rollout  # its model call, with its tokens
         assert "<td>146</td><td>9</td>" in rollout
 
@@ -79,29 +77,44 @@ def test_the_command_serves_every_page_and_stops_on_ctrl_c(example_run: Path) ->
         digest = hashlib.sha256((example_run / "rollouts.jsonl").read_bytes()).hexdigest()
         assert status == 200 and digest in provenance
         record = (example_run / "quality_summary.provenance.json").as_uri()
-        assert json.loads((example_run / "quality_summary.provenance.json").read_text())["code"]["git"]["commit"] in provenance
-        status, verified = _get(f"{base}/provenance/verify?{urlencode({'run': example_run.as_uri(), 'record': record})}")
+        assert (
+            json.loads((example_run / "quality_summary.provenance.json").read_text())["code"]["git"]["commit"]
+            in provenance
+        )
+        status, verified = _get(
+            f"{base}/provenance/verify?{urlencode({'run': example_run.as_uri(), 'record': record})}"
+        )
         assert status == 200 and "all files verify" in verified
 
         # Live: edit a report and the next verify says so.
-        (example_run / "rollout_verdicts.jsonl").write_bytes((example_run / "rollout_verdicts.jsonl").read_bytes() + b"\n")
-        status, verified = _get(f"{base}/provenance/verify?{urlencode({'run': example_run.as_uri(), 'record': record})}")
-        assert "some files do not verify" in verified and re.search(r">changed</span></td><td>[^<]*rollout_verdicts", verified)
+        (example_run / "rollout_verdicts.jsonl").write_bytes(
+            (example_run / "rollout_verdicts.jsonl").read_bytes() + b"\n"
+        )
+        status, verified = _get(
+            f"{base}/provenance/verify?{urlencode({'run': example_run.as_uri(), 'record': record})}"
+        )
+        assert "some files do not verify" in verified and re.search(
+            r">changed</span></td><td>[^<]*rollout_verdicts", verified
+        )
 
         # Not its business: another run, a record of another run, a non-loopback Host, no such page.
         assert _get(f"{base}/?run={quote('file:///elsewhere')}")[0] == 409
-        assert _get(f"{base}/provenance/verify?run={quote(example_run.as_uri())}&record=file:///etc/passwd")[0] == 404
+        assert (
+            _get(f"{base}/provenance/verify?run={quote(example_run.as_uri())}&record=file:///etc/passwd")[0]
+            == 404
+        )
         assert _get(f"{base}/?{query}", host="attacker.example:80")[0] == 403
         assert _get(f"{base}/nothing-here")[0] == 404
-    finally:
-        process.send_signal(signal.SIGINT)
-        _, err = process.communicate(timeout=20)
-    assert process.returncode == 0, err
+        view.process.send_signal(signal.SIGINT)  # Ctrl-C
+        _, err = view.process.communicate(timeout=20)
+    assert view.process.returncode == 0, err
     assert "Stopped gymflow view." in err and "Traceback" not in err
     assert not _listening(port)
 
 
-def test_a_taken_port_is_one_line_naming_the_flag(example_run: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_taken_port_is_one_line_naming_the_flag(
+    example_run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
@@ -121,8 +134,16 @@ def test_the_reverified_run_shows_old_by_new_per_task_and_the_sidecar(reverified
     page = server_page(reports, "reverify")
     assert "Rewards that changed (2)" in page
     # task 1: one row 1.0 -> 0.0; task 2: one row 0.0 -> 1.0
-    assert re.search(r"<h3>task 1</h3><table><thead><tr><th>old \\ new</th><th>new 0.0</th></tr></thead><tbody><tr><td>old 1.0</td><td>1</td>", page)
-    assert re.search(r"<h3>task 2</h3><table><thead><tr><th>old \\ new</th><th>new 1.0</th></tr></thead><tbody><tr><td>old 0.0</td><td>1</td>", page)
+    assert re.search(
+        r"<h3>task 1</h3><table><thead><tr><th>old \\ new</th><th>new 0.0</th></tr></thead>"
+        r"<tbody><tr><td>old 1.0</td><td>1</td>",
+        page,
+    )
+    assert re.search(
+        r"<h3>task 2</h3><table><thead><tr><th>old \\ new</th><th>new 1.0</th></tr></thead>"
+        r"<tbody><tr><td>old 0.0</td><td>1</td>",
+        page,
+    )
     assert "Failure sidecar (1)" in page and "judge_failed" in page
     rollouts = server_page(reports, "rollouts")
     assert "not re-verified" in rollouts  # (3, 1) failed: it has no re-verified reward
@@ -134,7 +155,9 @@ def test_the_reverified_run_shows_old_by_new_per_task_and_the_sidecar(reverified
     assert "Rewards that changed (2)" in html and "judge_failed" in html
 
 
-def test_a_run_on_s3_is_viewed_and_gets_its_report(s3_bucket: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_run_on_s3_is_viewed_and_gets_its_report(
+    s3_bucket: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     run = f"{s3_bucket}/runs/example"
     for shard in sorted((EXAMPLE / "shards").glob("*.jsonl")):
         storage.write_atomic(f"{run}/shards/{shard.name}", shard.read_bytes())
