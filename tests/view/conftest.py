@@ -95,3 +95,6 @@ def viewing(run: Path) -> Iterator[Viewing]:
         finally:
             if process.poll() is None:
                 process.kill()
+            for stream in (process.stdout, process.stderr):
+                if stream is not None:
+                    stream.close()
