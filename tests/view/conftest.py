@@ -72,11 +72,11 @@ class Viewing:
 
 
 @contextmanager
-def viewing(run: Path) -> Iterator[Viewing]:
-    """``gymflow view RUN --port 0`` in a process of its own, stopped by SIGINT (Ctrl-C) at the end
-    (its exit status and stderr are left on ``process`` for the caller to check)."""
+def viewing(run: Path, port: int = 0) -> Iterator[Viewing]:
+    """``gymflow view RUN --port PORT`` (0: a free one) in a process of its own, stopped by SIGINT
+    (Ctrl-C) at the end (its exit status and stderr are left on ``process`` for the caller)."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "gymflow.cli", "view", str(run), "--port", "0"],
+        [sys.executable, "-m", "gymflow.cli", "view", str(run), "--port", str(port)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -87,7 +87,12 @@ def test_every_page_of_gymflow_view(browser: Any, example_run: Path) -> None:
 def test_every_page_of_report_html_offline(browser: Any, example_run: Path) -> None:
     context = browser.new_context(viewport={"width": 1300, "height": 900}, offline=True)
     requested: list[str] = []
-    context.route("**/*", lambda route: (requested.append(route.request.url), route.continue_()))
+
+    def record(route: Any) -> None:
+        requested.append(route.request.url)
+        route.continue_()
+
+    context.route("**/*", record)
     page = context.new_page()
     report = example_run / "report.html"
     page.goto(report.as_uri())
