@@ -94,9 +94,10 @@ class Runner:
                     url = local.call(WRITE_REPORT_HTML, job)
             else:
                 url = self.executor.call(WRITE_REPORT_HTML, job)
-        except GymflowError as exc:
-            logger.warning("report.html was not written: %s", exc)
-            return StepReport("report", "failed", lines=[str(exc)])
+        except Exception as exc:  # noqa: BLE001 - the viewer's page must not fail the reports
+            logger.warning("report.html was not written: %s: %s", type(exc).__name__, exc)
+            logger.debug("report.html failure", exc_info=True)
+            return StepReport("report", "failed", lines=[f"{type(exc).__name__}: {exc}"])
         return StepReport("report", "ran", {"html": url})
 
 

@@ -1,6 +1,7 @@
 """``gymflow view``'s HTTP server: the standard library's threaded server on 127.0.0.1, serving
 the pages of one run (:func:`gymflow.view.server_page`). The run's reports are read and its
-rollouts indexed once, at start; every request renders from memory plus range reads.
+rollouts indexed at start (and again when a local run's files change); every request renders
+from memory plus range reads.
 
 Only loopback Host headers are answered (a page elsewhere cannot reach it by DNS rebinding), and
 only the run's own provenance records can be verified.
@@ -16,11 +17,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from gymflow import provenance
+from gymflow import provenance, storage
 from gymflow.errors import GymflowError
 from gymflow.view._html import document, esc
 from gymflow.view._index import Filters
-from gymflow.view._load import RunReports
+from gymflow.view._load import FILES, RunReports, load_run
 from gymflow.view._site import PAGES, ServerLinks, server_page
 from gymflow.view._urls import HOST
 
@@ -34,6 +35,8 @@ class ViewServer:
 
     def __init__(self, reports: RunReports, port: int) -> None:
         self.reports = reports
+        self._lock = threading.Lock()
+        self._seen = self._version()
         handler = type("Handler", (_Handler,), {"view": self})
         self.httpd = ThreadingHTTPServer((HOST, port), handler)
         self.httpd.daemon_threads = True
@@ -68,9 +71,29 @@ class ViewServer:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+    def _version(self) -> tuple[tuple[int, int] | None, ...]:
+        """What changes when a local run's reports are rewritten (a new file changes the
+        directory's own version); all None for a remote run, which is read once."""
+        reports = self.reports
+        watched = [reports.run, *(reports.path(name) for name in FILES.values())]
+        watched += [url for url, _ in reports.records]
+        watched += [url for url in (reports.reverified_url, reports.sidecar_url) if url]
+        return tuple(storage.local_version(url) for url in watched)
+
+    def current(self) -> RunReports:
+        """The run's reports, read again first when a local run's files changed (``eval post``
+        ran again while the viewer was open)."""
+        with self._lock:
+            version = self._version()
+            if version != self._seen:
+                logger.info("gymflow view: %s changed, reading it again", self.reports.run)
+                self.reports = load_run(self.reports.run)
+                self._seen = self._version()
+            return self.reports
+
     def render(self, path: str, query: Mapping[str, list[str]]) -> tuple[HTTPStatus, str]:
         """The status and HTML of ``GET path?query``."""
-        reports = self.reports
+        reports = self.current()
         one = {key: values[-1] for key, values in query.items() if values}
         wanted = one.get("run")
         if wanted and wanted.rstrip("/") != reports.run:

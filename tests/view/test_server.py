@@ -174,16 +174,17 @@ def test_a_run_on_s3_is_viewed_and_gets_its_report(
     assert status == 200 and "Rollouts 1–33 of 33 matching; 33 in the run." in page
 
 
-def test_metrics_over_healthy_rollouts_stand_beside_all_rollouts_when_computed(example_run: Path) -> None:
+def test_metrics_over_healthy_rollouts_stand_beside_all_rollouts_once_written(example_run: Path) -> None:
+    """The healthy-only metrics file appears while the viewer runs: the next page shows it."""
     run = example_run.parent / "with-healthy"
     shutil.copytree(example_run, run)
-    assert (
-        "healthy rollouts only</th></tr></thead><tbody><tr><td>mean/reward</td><td>0.6666666666666666</td>"
-        "<td>not computed</td>" in server_page(load_run(str(run)), "metrics")
-    )
-    entries = json.loads((run / "rollouts_aggregate_metrics.json").read_text())
-    entries[0]["agent_metrics"]["mean/reward"] = 0.8571428571428571
-    (run / "rollouts_aggregate_metrics.healthy.json").write_text(json.dumps(entries))
-    page = server_page(load_run(str(run)), "metrics")
-    assert "<tr><td>mean/reward</td><td>0.6666666666666666</td><td>0.8571428571428571</td></tr>" in page
-    assert "not computed" not in page
+    with ViewServer(load_run(str(run)), 0) as server:
+        metrics = f"http://127.0.0.1:{server.port}/metrics"
+        before = _get(metrics)[1]
+        assert "<tr><td>mean/reward</td><td>0.6666666666666666</td><td>not computed</td></tr>" in before
+        entries = json.loads((run / "rollouts_aggregate_metrics.json").read_text())
+        entries[0]["agent_metrics"]["mean/reward"] = 0.8571428571428571
+        (run / "rollouts_aggregate_metrics.healthy.json").write_text(json.dumps(entries))
+        after = _get(metrics)[1]
+    assert "<tr><td>mean/reward</td><td>0.6666666666666666</td><td>0.8571428571428571</td></tr>" in after
+    assert "not computed" not in after
