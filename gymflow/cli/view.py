@@ -10,9 +10,13 @@ import time
 from collections.abc import Sequence
 from functools import partial
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from gymflow.errors import GymflowError, UsageError
 from gymflow.view import DEFAULT_PORT
+
+if TYPE_CHECKING:
+    from gymflow.view import ViewServer
 
 
 def register(groups: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -73,11 +77,8 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace, extras: Seque
     return _serve_until_signal(server)
 
 
-def _serve_until_signal(server: object) -> int:
-    """Serve from a thread until SIGINT or SIGTERM, then shut down: exit 0, one line."""
-    from gymflow.view import ViewServer
-
-    assert isinstance(server, ViewServer)
+def _serve_until_signal(server: ViewServer) -> int:
+    """Serve from a thread until SIGINT or SIGTERM (Ctrl-C), then shut down: exit 0, one line."""
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:

@@ -40,7 +40,7 @@ def cell(value: Any) -> str:
 
 
 def link(href: str, text: Any, **attrs: str) -> Html:
-    extra = "".join(f' {name.replace("_", "-")}="{esc(value)}"' for name, value in attrs.items())
+    extra = "".join(f' {name.rstrip("_").replace("_", "-")}="{esc(value)}"' for name, value in attrs.items())
     return Html(f'<a href="{esc(href)}"{extra}>{cell(text)}</a>')
 
 

@@ -306,7 +306,7 @@ def provenance_body(
             live = _checks(checks)
         elif href is not None:
             live = Html(
-                f"<p>{link(href, 'verify now (re-hash every file)', css='button', role='button')}</p>"
+                f"<p>{link(href, 'verify now (re-hash every file)', class_='button', role='button')}</p>"
             )
         else:
             live = Html(
