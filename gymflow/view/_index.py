@@ -15,15 +15,16 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
+import msgspec
 
-from gymflow import jsonline, storage
+from gymflow import storage
 
 __all__ = ["Filters", "Page", "RolloutIndex", "RolloutRow", "build_index"]
 
-_Key = bytes
-"""The identity (task, rollout, stage) of a row as canonical JSON: what pairs a verdict with its
-record and a record with its re-verified row (values of any JSON type, so bytes, not tuples)."""
+_Key = str
+"""The identity (task, rollout, stage) of a row, as the ``repr`` of the values msgspec decodes:
+what pairs a verdict with its record and a record with its re-verified row (values of any JSON
+type, integers beyond 64 bits exact, so text, not tuples)."""
 
 
 @dataclass(frozen=True)
@@ -70,28 +71,33 @@ class Page:
 
 
 def _label(value: Any) -> str:
-    return value if isinstance(value, str) else orjson.dumps(value).decode()
+    return value if isinstance(value, str) else msgspec.json.encode(value).decode()
 
 
 def _key(task: Any, rollout: Any, stage: Any) -> _Key:
-    return orjson.dumps([task, rollout, stage])
+    return repr((task, rollout, stage))
 
 
-def _scalars(line: bytes) -> dict[str, Any] | None:
-    """The top-level fields of a JSON line (strings and containers undecoded), or None."""
-    shallow = jsonline.loads_shallow(line)
-    if shallow is not None:
-        return shallow
+class _Identity(msgspec.Struct):
+    """The fields of a rollout row the index keeps; msgspec skips the rest without building it."""
+
+    task: Any = msgspec.field(default=None, name="_ng_task_index")
+    rollout: Any = msgspec.field(default=None, name="_ng_rollout_index")
+    stage: Any = msgspec.field(default=None, name="stage_index")
+    reward: Any = None
+
+
+_IDENTITY = msgspec.json.Decoder(_Identity)
+_DECODE = msgspec.json.Decoder()
+
+
+def _identity(line: bytes) -> tuple[_Key, Any] | None:
+    """(identity key, reward) of a rollout row, None for a line that is not a JSON object."""
     try:
-        value = orjson.loads(line)
-    except orjson.JSONDecodeError:
+        row = _IDENTITY.decode(line)
+    except msgspec.MsgspecError:
         return None
-    return value if isinstance(value, dict) else None
-
-
-def _decoded(row: dict[str, Any], name: str) -> Any:
-    value = row.get(name)
-    return jsonline.decode_raw(value) if isinstance(value, jsonline.Raw) else value
+    return _key(row.task, row.rollout, row.stage), row.reward
 
 
 @dataclass
@@ -160,7 +166,7 @@ class RolloutIndex:
     def verdict_row(self, number: int) -> dict[str, Any]:
         """The whole ``rollout_verdicts.jsonl`` row (findings with their details)."""
         start, end = self.verdict_spans[number]
-        value = orjson.loads(storage.read_range(self.verdicts_url, start, end))
+        value = _DECODE.decode(storage.read_range(self.verdicts_url, start, end))
         return value if isinstance(value, dict) else {}
 
     def record(self, number: int) -> dict[str, Any] | None:
@@ -170,8 +176,8 @@ class RolloutIndex:
             return None
         source, start, end = span
         try:
-            value = orjson.loads(storage.read_range(self.sources[source], start, end))
-        except orjson.JSONDecodeError:
+            value = _DECODE.decode(storage.read_range(self.sources[source], start, end))
+        except msgspec.DecodeError:
             return None
         return value if isinstance(value, dict) else None
 
@@ -194,15 +200,9 @@ def _record_spans(
             if not line.strip():
                 continue
             count += 1
-            row = _scalars(line)
-            if row is None:
-                continue
-            key = _key(
-                _decoded(row, "_ng_task_index"),
-                _decoded(row, "_ng_rollout_index"),
-                _decoded(row, "stage_index"),
-            )
-            spans[key].append((number, offset, offset + len(line), _decoded(row, "reward")))
+            found = _identity(line)
+            if found is not None:
+                spans[found[0]].append((number, offset, offset + len(line), found[1]))
     return spans, count
 
 
@@ -211,14 +211,9 @@ def _reverified_rewards(url: str | None) -> dict[_Key, Any]:
     if url is None or not storage.isfile(url):
         return out
     for _, line in storage.iter_lines(url):
-        row = _scalars(line) if line.strip() else None
-        if row is not None:
-            key = _key(
-                _decoded(row, "_ng_task_index"),
-                _decoded(row, "_ng_rollout_index"),
-                _decoded(row, "stage_index"),
-            )
-            out[key] = _decoded(row, "reward")
+        found = _identity(line) if line.strip() else None
+        if found is not None:
+            out[found[0]] = found[1]
     return out
 
 
@@ -243,7 +238,7 @@ def build_index(verdicts_url: str, sources: Sequence[str], reverified_url: str |
     for offset, line in storage.iter_lines(verdicts_url):
         if not line.strip():
             continue
-        row = orjson.loads(line)
+        row = _DECODE.decode(line)
         task, rollout, stage = row.get("_ng_task_index"), row.get("_ng_rollout_index"), row.get("stage_index")
         key = _key(task, rollout, stage)
         number = len(index.tasks)

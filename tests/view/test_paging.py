@@ -114,7 +114,8 @@ def test_duplicate_identities_pair_with_their_records_in_file_order(tmp_path: Pa
         findings = [{"check": check}] if check else []
         return {"_ng_task_index": task, "_ng_rollout_index": 0, "verdict": "x", "findings": findings}
 
-    records = [row(1, 0.25), row(0, 0.5), row(1, 0.75)]
+    huge = 123456789012345678901234567890  # beyond 64 bits: still its own identity
+    records = [row(1, 0.25), row(0, 0.5), row(1, 0.75), row(huge, 0.125)]
     (run / "rollouts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records) + "{not json\n")
     duplicate = "rollout_duplicate_identity"
     unreadable = "__unreadable_record__:input-0:line-4"
@@ -122,10 +123,12 @@ def test_duplicate_identities_pair_with_their_records_in_file_order(tmp_path: Pa
         verdict(0, None),
         verdict(1, duplicate),
         verdict(1, duplicate),
+        verdict(huge, None),
         verdict(unreadable, "record_unreadable"),
     ]
     (run / "rollout_verdicts.jsonl").write_text("".join(json.dumps(v) + "\n" for v in verdicts))
     index = load_run(str(run)).index
     assert index is not None
-    assert [index.row(n).reward for n in range(4)] == [0.5, 0.25, 0.75, None]
-    assert index.record(3) is None and index.by_check["rollout_duplicate_identity"] == [1, 2]
+    assert [index.row(n).reward for n in range(5)] == [0.5, 0.25, 0.75, 0.125, None]
+    assert index.row(3).task == str(huge) and index.record(4) is None
+    assert index.by_check["rollout_duplicate_identity"] == [1, 2]
