@@ -48,7 +48,7 @@ __all__ = [
 USER_CONFIG_ENV = "GYMFLOW_CONFIG"
 GROUPS = ("storage", "runner", "result_store", "server")
 """Config groups: ``GROUP=NAME`` on the command line selects ``config/GROUP/NAME.yaml``."""
-COMMANDS = ("health_check", "aggregate", "join", "reverify", "post", "serve", "ui", "notify")
+COMMANDS = ("health_check", "aggregate", "join", "reverify", "post", "serve", "ui", "notify", "view")
 """The command files; in ``$GYMFLOW_CONFIG`` a block named after one holds keys for it only."""
 FLAG = "flag"
 NEAR_MISS = 0.8

@@ -2,14 +2,16 @@
 markdown summary, a table of its inputs with their SHA-256, and a link to every report.
 
 Artifacts are keyed by the command and the run location, so the Artifacts page keeps one history
-per run directory; links are absolute (``file://`` locally), so they open from the UI later.
+per run directory. A browser opens no ``file://`` link from a web page, so links point at the page
+of ``gymflow view`` that shows each report (http on 127.0.0.1, :data:`gymflow.view.DEFAULT_PORT`),
+with the report's absolute URI beside it as text.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypedDict
 from uuid import UUID
 
@@ -18,7 +20,7 @@ from prefect.artifacts import create_link_artifact, create_markdown_artifact, cr
 from prefect.assets import Asset
 from prefect.runtime import flow_run
 
-from gymflow import provenance, storage
+from gymflow import provenance, storage, view
 
 
 def orchestrator() -> dict[str, Any]:
@@ -66,8 +68,12 @@ def publish(
         _tag(command, location)
     key = artifact_key(command, location)
     uris = {label: storage.to_uri(url) for label, url in reports.items()}
-    links = "\n".join(f"- {label}: [{uri}]({uri})" for label, uri in uris.items())
-    create_markdown_artifact(f"{summary_markdown}\n\n{links}\n", key=f"{key}-summary", description=command)
+    links = "\n".join(f"- {label}: [view]({view.view_url(uri)}) `{uri}`" for label, uri in uris.items())
+    create_markdown_artifact(
+        f"{summary_markdown}\n\n{links}\n\n{view_note(uris.values())}\n",
+        key=f"{key}-summary",
+        description=command,
+    )
     if inputs:
         create_table_artifact(
             [{"uri": item.uri, "sha256": item.sha256, "bytes": item.bytes} for item in inputs],
@@ -77,8 +83,17 @@ def publish(
     for label, uri in uris.items():
         slug = re.sub(r"[^a-z0-9]+", "-", label.lower()).strip("-")
         create_link_artifact(
-            uri, link_text=label, key=f"{key}-link-{slug}"[:120], description=f"{command}: {label}"
+            view.view_url(uri),
+            link_text=label,
+            key=f"{key}-link-{slug}"[:120],
+            description=f"{command}: {label}, `{uri}`. {view_note([uri])}",
         )
+
+
+def view_note(uris: Iterable[str]) -> str:
+    """The one line that says the links open while ``gymflow view`` runs for the reports' runs."""
+    runs = " or ".join(f"`gymflow view {run}`" for run in dict.fromkeys(storage.parent(uri) for uri in uris))
+    return f"Links open while {runs} is running (127.0.0.1:{view.DEFAULT_PORT})."
 
 
 def _tag(command: str, location: str) -> None:

@@ -242,3 +242,9 @@ class UiConfig(_Frozen):
     """``config/ui.yaml``."""
 
     stop: bool
+
+
+class ViewConfig(_Frozen):
+    """``config/view.yaml``."""
+
+    port: int = Field(ge=0, le=65535)

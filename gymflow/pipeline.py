@@ -89,6 +89,26 @@ class Runner:
         self.outcomes.append(outcome)
         return outcome
 
+    def report_html(self, run: str, summary: PipelineSummary) -> StepReport:
+        """``RUN/report.html`` (:mod:`gymflow.view`) through the executor, like every report write;
+        a failure to render is logged and shown as the step's status, never fails the run."""
+        from gymflow.executor import LocalExecutor
+        from gymflow.view import WRITE_REPORT_HTML, ReportJob, StepRow
+
+        rows = [StepRow(s.name, s.status, ", ".join([*s.reports.values(), *s.lines])) for s in summary.steps]
+        job = ReportJob.of(run, rows, summary.failures)
+        try:
+            if self.executor is None:
+                with LocalExecutor(self.ctx) as local:
+                    url = local.call(WRITE_REPORT_HTML, job)
+            else:
+                url = self.executor.call(WRITE_REPORT_HTML, job)
+        except Exception as exc:  # noqa: BLE001 - the viewer's page must not fail the reports
+            logger.warning("report.html was not written: %s: %s", type(exc).__name__, exc)
+            logger.debug("report.html failure", exc_info=True)
+            return StepReport("report", "failed", lines=[f"{type(exc).__name__}: {exc}"])
+        return StepReport("report", "ran", {"html": url})
+
 
 @dataclass(frozen=True)
 class HealthStep:
@@ -269,6 +289,7 @@ def run_post(options: PostOptions, steps: Runner, echo: Echo) -> PipelineSummary
         summary.steps.append(_reverify_report(reverified))
         for name, count in reverified.tally.failures.items():
             summary.failures[name] = summary.failures.get(name, 0) + count
+    summary.steps.append(steps.report_html(options.run, summary))
     return summary
 
 

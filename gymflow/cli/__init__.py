@@ -26,6 +26,7 @@ examples:
   gymflow eval reverify --config gym.yaml --rollouts results/rollouts.jsonl
   gymflow eval post results/run                     every step the run's files call for
   gymflow provenance verify results/run/quality_summary.json
+  gymflow view results/run                          browse a run's reports on 127.0.0.1:4280
 
 Run 'gymflow eval COMMAND --help' for a command's options."""
 
@@ -39,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     from gymflow.cli import reverify as reverify_command
     from gymflow.cli import serve as serve_command
     from gymflow.cli import ui as ui_command
+    from gymflow.cli import view as view_command
 
     parser = argparse.ArgumentParser(
         prog="gymflow",
@@ -63,6 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     provenance_command.register(groups)
     ui_command.register(groups)
     serve_command.register(groups)
+    view_command.register(groups)
     for group in groups.choices.values():
         for action in _sub_commands(group):
             action.required = False  # a group alone prints its help (see main)

@@ -7,11 +7,13 @@ import json
 import shutil
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 from uuid import UUID
 
 import pytest
 
 from gymflow.cli import main
+from gymflow.view import DEFAULT_PORT
 from tests.asset_events import asset_events
 from tests.prefect_api import local_client
 
@@ -72,6 +74,8 @@ def test_direct_post_runs_every_step_then_nothing(run_dir: Path, capsys: pytest.
     assert [item["uri"] for item in health_record["inputs"]] == [(run_dir / "rollouts.jsonl").as_uri()]
     assert main(["provenance", "verify", str(run_dir / "quality_summary.json")]) == 0
     assert main(["provenance", "verify", str(run_dir / "rollouts.jsonl")]) == 0
+    assert f"report: ran (html {run_dir / 'report.html'})" in out
+    assert "33 rollouts" in (run_dir / "report.html").read_text()
     capsys.readouterr()
 
     again = _post([str(run_dir), "--direct"], capsys)
@@ -165,6 +169,10 @@ def test_prefect_post_publishes_artifacts_and_reruns_as_cache_hits(
     # each step's own summary is published in the post run too
     assert any((a.key or "").startswith("eval-health-check-my-run-") for a in by_type["markdown"])
     assert "health-check: ran" in summary.data
+    assert (
+        "report: ran" in summary.data
+        and "Showing the first 33 of 33 rollouts" in (run_dir / "report.html").read_text()
+    )
     inputs = next(
         a for a in by_type["table"] if (a.key or "").startswith("eval-post-") and a.key.endswith("-inputs")
     )
@@ -172,10 +180,21 @@ def test_prefect_post_publishes_artifacts_and_reruns_as_cache_hits(
     shard = run_dir / "shards" / "rollouts_shard_0.jsonl"
     digest = hashlib.sha256(shard.read_bytes()).hexdigest()
     assert {"uri": shard.as_uri(), "sha256": digest, "bytes": shard.stat().st_size} in table
-    # Prefect stores a link artifact as markdown "[text](link)".
+    # Prefect stores a link artifact as markdown "[text](link)": each links the report's page of
+    # `gymflow view` (a browser opens no file:// link from a web page) and keeps its URI as text.
     links = {a.data.rsplit("(", 1)[1].rstrip(")") for a in by_type["markdown"] if a.data.startswith("[")}
-    assert (run_dir / "quality_summary.json").as_uri() in links
-    assert (run_dir / "quality_summary.provenance.json").as_uri() in links
+    quality, record = run_dir / "quality_summary.json", run_dir / "quality_summary.provenance.json"
+    run_query = urlencode({"run": run_dir.as_uri()})
+    assert f"http://127.0.0.1:{DEFAULT_PORT}/?{run_query}" in links
+    assert f"http://127.0.0.1:{DEFAULT_PORT}/provenance?{run_query}#record-{record.name}" in links
+    assert f"http://127.0.0.1:{DEFAULT_PORT}/rollouts?{run_query}" in links
+    assert not any(link.startswith("file:") for link in links)
+    assert quality.as_uri() in summary.data and record.as_uri() in summary.data
+    assert f"Links open while `gymflow view {run_dir.as_uri()}` is running" in summary.data
+    link_descriptions = [
+        a.description or "" for a in artifacts if a.type == "markdown" and a.data.startswith("[")
+    ]
+    assert any(quality.as_uri() in text and "gymflow view" in text for text in link_descriptions)
 
     # Flow runs are tagged with their command and the run's name; task runs are not (each tag
     # would make every task ask the server for a concurrency slot first).

@@ -1,10 +1,14 @@
 """A person's view: the flow-run page of an ``eval post`` run, in headless Chromium (Debian's
-package, which ``.ci/run`` installs), shows the run's summary artifact."""
+package, which ``.ci/run`` installs), shows the run's summary artifact, whose report links open
+the report's page in ``gymflow view``."""
 
 from __future__ import annotations
 
+import re
 import shutil
+import socket
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -40,7 +44,28 @@ def test_flow_run_page_shows_the_summary_artifact(tmp_path: Path, capsys: pytest
             summary.wait_for(timeout=20_000)
             text = page.inner_text("body")
             page.screenshot(path=str(tmp_path / "flow-run.png"))
+            page.get_by_text(re.compile(r"^eval-post-browser-run-\w+-summary$")).first.click()
+            opened = _open_a_report_link(page, run)
         finally:
             browser.close()
     assert "-summary" in text and "inputs and their SHA-256" in text
     assert (tmp_path / "flow-run.png").stat().st_size > 10_000
+    if opened is not None:  # the link artifact opened the report's page in gymflow view
+        assert run.as_uri() in opened and re.search(r"healthy\s+21\s+unhealthy\s+8", opened)
+
+
+def _open_a_report_link(page: Any, run: Path) -> str | None:
+    """Follow a report link of the run's artifacts, as the UI renders it, with ``gymflow view RUN``
+    running on the port the artifacts link to; None when that port is taken on this machine."""
+    from gymflow.view import DEFAULT_PORT
+    from tests.view.conftest import viewing
+
+    with socket.socket() as probe:
+        if probe.connect_ex(("127.0.0.1", DEFAULT_PORT)) == 0:
+            return None
+    link = page.locator(f'a[href^="http://127.0.0.1:{DEFAULT_PORT}/?run="]').first
+    link.wait_for(timeout=20_000)
+    href = link.get_attribute("href")
+    with viewing(run, DEFAULT_PORT):
+        page.goto(href)
+        return str(page.inner_text("body"))
