@@ -89,12 +89,17 @@ class Runner:
         self.outcomes.append(outcome)
         return outcome
 
-    def report_html(self, run: str, summary: PipelineSummary) -> StepReport:
+    def report_html(self, run: str, summary: PipelineSummary, use_cache: bool) -> StepReport:
         """``RUN/report.html`` (:mod:`gymflow.view`) through the executor, like every report write;
-        a failure to render is logged and shown as the step's status, never fails the run."""
+        a failure to render is logged and shown as the step's status, never fails the run. When
+        every other step found its reports up to date, the report written with them stands."""
         from gymflow.executor import LocalExecutor
-        from gymflow.view import WRITE_REPORT_HTML, ReportJob, StepRow
+        from gymflow.view import FILES, WRITE_REPORT_HTML, ReportJob, StepRow
 
+        url = storage.join(run, FILES["report"])
+        unchanged = all(s.status in ("up to date", "skipped") for s in summary.steps)
+        if use_cache and unchanged and storage.exists(url):
+            return StepReport("report", "up to date", {"html": url})
         rows = [StepRow(s.name, s.status, ", ".join([*s.reports.values(), *s.lines])) for s in summary.steps]
         job = ReportJob.of(run, rows, summary.failures)
         try:
@@ -289,7 +294,7 @@ def run_post(options: PostOptions, steps: Runner, echo: Echo) -> PipelineSummary
         summary.steps.append(_reverify_report(reverified))
         for name, count in reverified.tally.failures.items():
             summary.failures[name] = summary.failures.get(name, 0) + count
-    summary.steps.append(steps.report_html(options.run, summary))
+    summary.steps.append(steps.report_html(options.run, summary, options.use_cache))
     return summary
 
 

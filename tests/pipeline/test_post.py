@@ -75,7 +75,8 @@ def test_direct_post_runs_every_step_then_nothing(run_dir: Path, capsys: pytest.
     assert main(["provenance", "verify", str(run_dir / "quality_summary.json")]) == 0
     assert main(["provenance", "verify", str(run_dir / "rollouts.jsonl")]) == 0
     assert f"report: ran (html {run_dir / 'report.html'})" in out
-    assert "33 rollouts" in (run_dir / "report.html").read_text()
+    html = (run_dir / "report.html").read_bytes()
+    assert b"33 rollouts" in html
     capsys.readouterr()
 
     again = _post([str(run_dir), "--direct"], capsys)
@@ -86,6 +87,12 @@ def test_direct_post_runs_every_step_then_nothing(run_dir: Path, capsys: pytest.
         "reverify": "skipped",
     }
     assert _snapshot(run_dir) == first
+    # nothing changed, so the report written with these reports stands; without it, it is written
+    report = run_dir / "report.html"
+    assert f"report: up to date (html {report})" in again and report.read_bytes() == html
+    report.unlink()
+    assert f"report: ran (html {report})" in _post([str(run_dir), "--direct"], capsys)
+    assert b"33 rollouts" in report.read_bytes()
 
 
 def test_direct_post_without_shards_or_rollouts_is_one_line(
