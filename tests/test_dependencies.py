@@ -21,6 +21,7 @@ FIRST_PARTY = {"gymflow", "tests", "bench", "flows", "tasks", "config"}
 NOT_IMPORTED = {
     "s3fs": "fsspec's s3:// backend, loaded by fsspec from the URL's protocol",
     "pytest-timeout": "pytest plugin (the timeout setting in pyproject)",
+    "pytest-xdist": "pytest plugin (-n 2 in pyproject's addopts)",
     "ruff": "lint tool run by .ci/run and pre-commit",
     "mypy": "type checker run by .ci/typecheck",
     "pre-commit": "runs the lint and type hooks",
