@@ -337,8 +337,8 @@ class _Builder:
         task, rollout = self.task, self.rollout
         agent, environment = AGENTS[task % len(AGENTS)]
         invocation_id = f"inv_{c._hex(16)}"
-        system = {"role": "system", "content": self.text(0.8), "type": "message"}
-        user = {
+        system: dict[str, Any] = {"role": "system", "content": self.text(0.8), "type": "message"}
+        user: dict[str, Any] = {
             "role": "user",
             "content": [{"type": "input_text", "text": self.text(1.2)}],
             "type": "message",
@@ -359,7 +359,7 @@ class _Builder:
                 last_of_turn = sub == (1 if two_calls else 0)
                 reasoning = self.reasoning()
                 if turn_no < final and last_of_turn:
-                    items = [
+                    items: list[dict[str, Any]] = [
                         {
                             "arguments": orjson.dumps(
                                 {"code": rng.choice(_CODE), "note": self.text(0.2)}
