@@ -746,6 +746,73 @@ def write_corpus(
     return [str(p) for p in paths]
 
 
+PREJOIN_MIX: dict[str, float] = {"healthy": 0.95, "unhealthy": 0.05}
+"""Rows of a pre-join run: unhealthy ones included (their captures say what went wrong)."""
+
+
+def prejoin(record: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]], str]:
+    """A record as the agent returned it before ``eval join``: the row (``ng_trajectory``
+    replaced by ``ng_agent_observations``: the root invocation with its conversation and its
+    calls' references, and the tool-call records), its capture lines (one per model call, as the
+    model server's capture middleware writes them) and its capture id."""
+    row = {key: value for key, value in record.items() if key != "ng_trajectory"}
+    trajectory = record["ng_trajectory"]
+    invocation = trajectory["invocations"][0]
+    conversation = list(record["responses_create_params"]["input"][1:])
+    conversation += [item for item in record["response"]["output"] if item.get("type") != "reasoning"]
+    refs = [{"model_call_id": call["model_call_id"]} for call in trajectory["model_calls"]]
+    root = {
+        "kind": "agent_invocation",
+        "invocation_id": invocation["invocation_id"],
+        "status": invocation["status"],
+        "model_calls": refs,
+        "conversation": conversation,
+    }
+    tools = [
+        {key: value for key, value in tool.items() if key != "output"} for tool in trajectory["tool_calls"]
+    ]
+    row["ng_agent_observations"] = {"source": "bench_corpus2", "records": [root, *tools], "gaps": []}
+    lines = []
+    for call in trajectory["model_calls"]:
+        meta = call["response_metadata"]
+        lines.append(
+            {
+                "model_call_id": call["model_call_id"],
+                "dialect": "responses",
+                "model_ref": meta["model_ref"],
+                "started_at": call["started_at"],
+                "completed_at": call["completed_at"],
+                "latency_ms": call["duration_ms"],
+                "latency_ttft_ms": meta.get("latency_ttft_ms"),
+                "status_code": meta["status_code"],
+                "error_category": meta.get("error_category"),
+                "request": call["request"],
+                "response": call["response"],
+            }
+        )
+    return row, lines, f"{record['_ng_task_index']}-{record['_ng_rollout_index']}"
+
+
+def write_prejoin_run(
+    out_dir: str | os.PathLike[str], rows: int, seed: int = 0, avg_bytes: int = 16_000
+) -> int:
+    """Write ``rollouts.jsonl`` and ``model-calls/<task>-<rollout>.capture.jsonl`` of ``rows``
+    pre-join rollouts under ``out_dir`` (the ``bench.join_corpus`` layout, this generator's
+    shapes); returns the number of capture files."""
+    root = Path(out_dir)
+    capture = root / "model-calls"
+    capture.mkdir(parents=True, exist_ok=True)
+    files = 0
+    with open(root / "rollouts.jsonl", "wb", buffering=1 << 20) as out:
+        for generated in iter_rows(rows, seed, avg_bytes, PREJOIN_MIX, big_int_share=0.0):
+            assert generated.record is not None
+            row, lines, key = prejoin(generated.record)
+            out.write(_serialise(row, generated.style))
+            (capture / f"{key}.capture.jsonl").write_bytes(b"".join(_compact(line) + b"\n" for line in lines))
+            files += 1
+    return files
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.corpus2", description=__doc__.splitlines()[0])
     parser.add_argument("out_path", metavar="OUT_PATH")

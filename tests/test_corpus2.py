@@ -139,3 +139,23 @@ def test_shards_partition_the_lines(tmp_path: Path, round_robin: bool) -> None:
     else:
         assert [line for piece in pieces for line in piece] == rows
     assert not list(tmp_path.rglob("*.tmp"))
+
+
+def test_prejoin_run_joins_into_rows_the_health_check_passes(tmp_path: Path) -> None:
+    from gymflow.cli import main
+
+    files = corpus2.write_prejoin_run(tmp_path, 60, seed=8, avg_bytes=3_000)
+    rows = list(corpus2.iter_rows(60, 8, 3_000, corpus2.PREJOIN_MIX, big_int_share=0.0))
+    assert files == len(rows) == len(list((tmp_path / "model-calls").iterdir()))
+    for line in (tmp_path / "rollouts.jsonl").read_bytes().splitlines():
+        row = loads_exact(line.strip())[0]
+        assert "ng_trajectory" not in row and row["ng_agent_observations"]["records"][0]["conversation"]
+    assert main(["eval", "join", str(tmp_path), "--direct", "--no-cache"]) == 0
+    joined = tmp_path / "rollouts_joined.jsonl"
+    assert main(["eval", "health-check", str(tmp_path), "--rollouts-file", str(joined), "--direct"]) == 0
+    verdicts = {
+        (entry["_ng_task_index"], entry["_ng_rollout_index"]): entry["verdict"]
+        for entry in map(orjson.loads, (tmp_path / "rollout_verdicts.jsonl").read_bytes().splitlines())
+    }
+    healthy = [(row.task, row.rollout) for row in rows if row.kind == "healthy"]
+    assert healthy and all(verdicts[identity] == "healthy" for identity in healthy)
