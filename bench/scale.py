@@ -15,7 +15,8 @@ in a fresh process as its user would:
   links to the shards (aggregate, then the health check of its output);
 * ``parse``: the floor, one process ``orjson.loads``-ing every line of the merged file.
 
-Each is timed best of ``--repeat`` (default 2 at 1M rows: 1); the peak RSS of its process tree
+``--steps`` picks some of them (aggregate always runs: it makes the merged file). Each is timed
+best of ``--repeat`` (default 2 at 1M rows: 1); the peak RSS of its process tree
 (parent plus workers, summed, sampled every 50 ms) is the largest seen. It prints, per size and
 step, microseconds per row, the ratio to the parse floor of the same size, and the peak tree RSS;
 then each step's growth from the smallest size to the largest (time per row should stay flat, and
@@ -62,7 +63,9 @@ def _checked(run: Measurement, what: str) -> Measurement:
     return run
 
 
-def measure(rows: int, repeat: int, avg_bytes: int) -> dict[str, tuple[float, float]]:
+def measure(
+    rows: int, repeat: int, avg_bytes: int, steps: Sequence[str] = STEPS
+) -> dict[str, tuple[float, float]]:
     """{step: (best seconds, peak tree RSS in MB)} at ``rows`` rows, and the parse floor."""
     gymflow = gymflow_executable() or "gymflow"
     shards = sorted(ensure_shards(rows, avg_bytes=avg_bytes).glob(PATTERN))
@@ -92,11 +95,15 @@ def measure(rows: int, repeat: int, avg_bytes: int) -> dict[str, tuple[float, fl
             warm_page_cache(merged)
             parse_s, _ = parse_seconds(merged)
             best["parse"] = (min(best.get("parse", (parse_s, 0.0))[0], parse_s), 0.0)
+            if "health" not in steps:
+                continue
             health = [
                 gymflow, "eval", "health-check", str(out), "--rollouts-file", str(merged),
                 "--direct", "--no-cache",
             ]  # fmt: skip
             keep("health", _checked(run_measured(health, env), "health-check"))
+            if "post" not in steps:
+                continue
             for path in run_dir.iterdir():
                 if path.is_file():
                     path.unlink()
@@ -111,19 +118,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
     parser.add_argument("--repeat", type=int, default=2, help="runs per size below 1M rows (1M: one)")
     parser.add_argument("--avg-bytes", type=int, default=1_000)
+    parser.add_argument(
+        "--steps",
+        nargs="+",
+        choices=STEPS,
+        default=list(STEPS),
+        help="aggregate always runs (it makes the file)",
+    )
     args = parser.parse_args(argv)
+    steps = [step for step in STEPS if step in args.steps or step == "aggregate"]
     results: dict[int, dict[str, tuple[float, float]]] = {}
     for rows in args.sizes:
         began = time.perf_counter()
         repeat = 1 if rows >= 1_000_000 else args.repeat
-        figures = results[rows] = measure(rows, repeat, args.avg_bytes)
+        figures = results[rows] = measure(rows, repeat, args.avg_bytes, steps)
         parse_s = figures["parse"][0]
         print(
             f"rows={rows} ({figures['bytes'][0] / 1e6:.0f} MB merged, best of {repeat}, "
             f"{time.perf_counter() - began:.0f} s in all): parse floor {parse_s * 1e6 / rows:.2f} us/row",
             flush=True,
         )
-        for step in STEPS:
+        for step in steps:
             seconds, peak = figures[step]
             print(
                 f"  {step:<9} {seconds:7.2f} s  {seconds * 1e6 / rows:7.2f} us/row  "
@@ -132,7 +147,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
     if len(results) > 1:
         small, large = min(results), max(results)
-        for step in STEPS:
+        for step in steps:
             per_row = [results[n][step][0] / n for n in (small, large)]
             peaks = [results[n][step][1] for n in (small, large)]
             print(
