@@ -34,4 +34,4 @@ def test_tasks_with_equal_entries_share_one_entry(tmp_path: Path) -> None:
     assert len(tasks) == 50 and len({id(entry) for entry in tasks.values()}) == 2
     assert tasks["0"] == {"repeats": 2, "healthy": 0, "unhealthy": 0, "unobserved": 2, "flags": []}
     assert tasks["1"]["repeats"] == 3
-    assert (tmp_path / "quality_summary.json").read_bytes() == summary_bytes(outcome.summary)
+    assert (tmp_path / "quality_summary.json").read_bytes() == summary_bytes(outcome.summary)  # type: ignore[arg-type]
