@@ -11,10 +11,15 @@ pre-join run directory with :mod:`bench.join_corpus` (cached under ``bench/_corp
   :func:`bench.health.run_measured` measures); ``join (in-process)`` is the same run timed inside
   the process, without interpreter start-up and imports.
 
-It prints ``ratio = join / parse`` (target <= 2.0) and the process tree's peak RSS (target <= 300
-MB, flat from 10k to 40k), and the same ratio in CPU seconds, which a machine shared with other
-work distorts less.
-Usage: ``python -m bench.join [--sizes 5000 20000] [--seed 0] [--repeat 2] [--workers N]``.
+The floor is the parse plus writing (and fsync-ing) as many bytes as the joined output has. It
+prints ``ratio = join / floor`` (target <= 2.0; ``join / parse`` beside it) and the process
+tree's peak RSS (target <= 300 MB, flat from 10k to 40k), and the CPU-seconds ratio to the parse,
+which a machine shared with other work distorts less. Floor and join alternate ``--repeat`` times
+(default 3); each figure is the best. ``--corpus`` (default both): ``bench.join_corpus`` (1) or
+``bench.corpus2``'s pre-join runs (2: its shapes, ``--avg-bytes`` a rollout, one capture file
+each).
+Usage: ``python -m bench.join [--sizes 5000 20000] [--seed 0] [--repeat 3] [--workers N]
+[--corpus 1|2|both]``.
 """
 
 from __future__ import annotations
@@ -34,7 +39,8 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # run as a script from the repo root
     sys.path.insert(0, str(REPO))
 
-from bench.health import run_measured  # noqa: E402
+from bench import corpus2  # noqa: E402
+from bench.health import _generator_fingerprint, corpus_names, run_measured  # noqa: E402
 from bench.join_corpus import write_run  # noqa: E402
 
 CORPUS = Path(__file__).parent / "_corpus"
@@ -65,14 +71,21 @@ print(json.dumps(report), file=sys.stderr)
 """
 
 
-def corpus(rows: int, seed: int) -> Path:
-    """The cached run directory for ``rows`` rollouts (generated once)."""
-    run_dir = CORPUS / f"join-{rows}-{seed}"
+def corpus(rows: int, seed: int, generator: str = "1", avg_bytes: int = 8_000) -> Path:
+    """The cached run directory for ``rows`` rollouts (generated once): ``bench.join_corpus``
+    (``generator`` "1") or ``bench.corpus2``'s pre-join run ("2", ``avg_bytes`` a rollout)."""
+    if generator == "1":
+        run_dir = CORPUS / f"join-{rows}-{seed}"
+    else:
+        run_dir = CORPUS / f"join2-{rows}-avg{avg_bytes}-{seed}-{_generator_fingerprint(generator)}"
     done = run_dir / ".complete"
     if not done.exists():
         shutil.rmtree(run_dir, ignore_errors=True)
         start = time.perf_counter()
-        write_run(run_dir, rows, seed=seed, calls=5, call_bytes=2000)
+        if generator == "1":
+            write_run(run_dir, rows, seed=seed, calls=5, call_bytes=2000)
+        else:
+            corpus2.write_prejoin_run(run_dir, rows, seed=seed, avg_bytes=avg_bytes)
         done.write_text("ok\n")
         print(f"  generated {rows} rollouts in {time.perf_counter() - start:.1f}s", file=sys.stderr)
     return run_dir
@@ -99,6 +112,22 @@ def parse_all(run_dir: Path) -> tuple[float, float, int]:
     return time.perf_counter() - start, time.process_time() - cpu, total
 
 
+def write_seconds(run_dir: Path, nbytes: int) -> float:
+    """Seconds to write ``nbytes`` bytes (in 4 MB writes) to a new file beside the output and
+    fsync it: the output's share of the floor."""
+    target = run_dir / ".floor-write"
+    block = b"x" * (4 << 20)
+    began = time.perf_counter()
+    with open(target, "wb", buffering=0) as sink:
+        left = nbytes
+        while left > 0:
+            left -= sink.write(memoryview(block)[: min(left, len(block))])
+        os.fsync(sink.fileno())
+    elapsed = time.perf_counter() - began
+    target.unlink()
+    return elapsed
+
+
 def join_once(run_dir: Path, workers: int) -> dict[str, float]:
     """Run the CLI join in a fresh process; wall seconds, in-process seconds, CPU seconds and the
     peak RSS of the process tree (``rss``) and of its largest process (``single_rss``), in bytes.
@@ -118,33 +147,51 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.join", description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[10000, 40000])
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--repeat", type=int, default=2, help="best of N for each measurement")
+    parser.add_argument("--repeat", type=int, default=3, help="best of N for each measurement")
     parser.add_argument(
         "--workers", type=int, default=os.cpu_count() or 1, help="join processes (default: CPUs)"
     )
+    parser.add_argument("--corpus", choices=["1", "2", "both"], default="both")
+    parser.add_argument(
+        "--avg-bytes", type=int, default=8_000, help="rollout size of corpus 2 (default 8000)"
+    )
     args = parser.parse_args(argv)
-    rows = []
-    for size in args.sizes:
-        run_dir = corpus(size, args.seed)
-        parses = [parse_all(run_dir) for _ in range(args.repeat)]
-        parse_s, parse_cpu, nbytes = min(parses)
-        joins = [join_once(run_dir, args.workers) for _ in range(args.repeat)]
-        best = min(joins, key=lambda j: j["wall"])
-        out_bytes = (run_dir / "rollouts_joined.jsonl").stat().st_size
-        rows.append((size, nbytes, out_bytes, parse_s, best))
-        cpu = min(j["cpu"] for j in joins)
-        print(
-            f"{size:>6} rollouts, {args.workers} workers: input {nbytes / 2**20:.1f} MiB, "
-            f"output {out_bytes / 2**20:.1f} MiB; parse {parse_s:.2f}s, join {best['wall']:.2f}s "
-            f"(in-process {best['join']:.2f}s); ratio = join / parse = {best['wall'] / parse_s:.2f} "
-            f"(in-process {best['join'] / parse_s:.2f}); "
-            f"peak RSS of the process tree {best['rss'] / 1e6:.1f} MB "
-            f"(largest process {best['single_rss'] / 1e6:.1f} MB); CPU time: parse {parse_cpu:.2f}s, "
-            f"join {cpu:.2f}s (whole process, all workers), ratio {cpu / parse_cpu:.2f}"
-        )
-    if len(rows) > 1:
-        first, last = rows[0][4]["rss"], rows[-1][4]["rss"]
-        print(f"peak RSS {rows[0][0]} -> {rows[-1][0]} rollouts: {first / 1e6:.1f} -> {last / 1e6:.1f} MB")
+    for generator in corpus_names(args.corpus):
+        tag = f"[corpus {generator}]"
+        rows = []
+        for size in args.sizes:
+            run_dir = corpus(size, args.seed, generator, args.avg_bytes)
+            parses: list[tuple[float, float, int]] = []
+            joins: list[dict[str, float]] = []
+            writes: list[float] = []
+            for _ in range(args.repeat):  # interleaved: floor and join see the same machine
+                parses.append(parse_all(run_dir))
+                joins.append(join_once(run_dir, args.workers))
+                writes.append(write_seconds(run_dir, (run_dir / "rollouts_joined.jsonl").stat().st_size))
+            parse_s, parse_cpu, nbytes = min(parses)
+            write_s = min(writes)
+            floor = parse_s + write_s
+            best = min(joins, key=lambda j: j["wall"])
+            out_bytes = (run_dir / "rollouts_joined.jsonl").stat().st_size
+            rows.append((size, best))
+            cpu = min(j["cpu"] for j in joins)
+            print(
+                f"{tag} {size:>6} rollouts, {args.workers} workers: input {nbytes / 2**20:.1f} MiB, "
+                f"output {out_bytes / 2**20:.1f} MiB; join {best['wall']:.2f}s "
+                f"(in-process {best['join']:.2f}s); floor {floor:.2f}s (parse {parse_s:.2f}s + write "
+                f"{write_s:.2f}s); ratio = join / floor = {best['wall'] / floor:.2f} (in-process "
+                f"{best['join'] / floor:.2f}; join / parse {best['wall'] / parse_s:.2f}); "
+                f"peak RSS of the process tree {best['rss'] / 1e6:.1f} MB "
+                f"(largest process {best['single_rss'] / 1e6:.1f} MB); CPU time: parse {parse_cpu:.2f}s, "
+                f"join {cpu:.2f}s (whole process, all workers), ratio {cpu / parse_cpu:.2f}",
+                flush=True,
+            )
+        if len(rows) > 1:
+            first, last = rows[0][1]["rss"], rows[-1][1]["rss"]
+            print(
+                f"{tag} peak RSS {rows[0][0]} -> {rows[-1][0]} rollouts: "
+                f"{first / 1e6:.1f} -> {last / 1e6:.1f} MB"
+            )
     return 0
 
 

@@ -43,16 +43,20 @@ __all__ = [
 BOM = b"\xef\xbb\xbf"
 MAX_DEPTH = 1024
 
-# 19 digits in a row may be an integer orjson reads as a float (beyond int64 / uint64).
-LONG_DIGITS = re.compile(rb"\d{19}")
-_DIGIT_MASK = bytes(0x30 if 0x30 <= byte <= 0x39 else 0x2E for byte in range(256))
-_DIGIT_RUN = b"0" * 19
+# An integer orjson reads as a float (beyond uint64 or below int64) has 20 digits or more, or is
+# negative with 19 or more; a positive 19-digit integer (a nanosecond timestamp) it reads exactly.
+LONG_DIGITS = re.compile(rb"\d{20}|-\d{19}")
+_DIGIT_MASK = bytes(0x30 if 0x30 <= byte <= 0x39 else 0x2D if byte == 0x2D else 0x2E for byte in range(256))
+_DIGIT_RUN = b"0" * 20
+_NEGATIVE_RUN = b"-" + b"0" * 19
 
 
 def has_long_digits(data: bytes) -> bool:
-    """Whether ``data`` holds 19 ASCII digits in a row: ``LONG_DIGITS.search(data) is not None``,
-    an order of magnitude faster on long lines (one C pass mapping digits to ``0``, then a find)."""
-    return data.translate(_DIGIT_MASK).find(_DIGIT_RUN) >= 0
+    """Whether ``data`` holds 20 ASCII digits in a row, or ``-`` then 19 (where an integer beyond
+    64 bits may be): ``LONG_DIGITS.search(data) is not None``, an order of magnitude faster on
+    long lines (one C pass mapping digits to ``0``, then two finds)."""
+    mask = data.translate(_DIGIT_MASK)
+    return _DIGIT_RUN in mask or _NEGATIVE_RUN in mask
 
 
 Raw = msgspec.Raw

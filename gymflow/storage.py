@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future
 from contextlib import contextmanager, suppress
 from pathlib import PurePath
-from typing import TYPE_CHECKING, Any, BinaryIO, cast
+from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar, cast
 
 from gymflow import scratch, threads
 from gymflow.errors import InputError, StorageError
@@ -55,6 +55,7 @@ if TYPE_CHECKING:
     import fsspec  # type: ignore[import-untyped]
 
 logger = logging.getLogger(__name__)
+R = TypeVar("R")
 
 CHUNK_SIZE = 8 * 2**20
 """Bytes per range request when streaming a remote file (hashing, line iteration), and per block
@@ -718,6 +719,56 @@ def write_atomic_lines(url: str, chunks: Iterable[bytes]) -> tuple[str, int]:
     logger.debug("wrote %s", scrub_url(url))
     _written(url)
     return hashing.result()
+
+
+def write_atomic_local(url: str, write: Callable[[int], R]) -> R:
+    """Like :func:`write_atomic_lines` for a local ``url``: ``write`` gets the descriptor of the
+    temporary file (positioned at 0; it writes with ``os.write`` or :func:`copy_range`) and returns
+    what this returns (the digest it computed). If it raises, ``url`` is left untouched."""
+    local = _local_path(url)
+    if local is None:
+        raise ValueError(f"not a local path: {scrub_url(url)}")
+    result: list[R] = []
+    with _guard(url, "write", writing=True):
+        _write_local_atomic(local, lambda f: result.append(write(f.fileno())))
+    logger.debug("wrote %s", scrub_url(url))
+    _written(url)
+    return result[0]
+
+
+_COPY_ERRORS = frozenset({errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EBADF})
+_copy_methods: list[str] = ["copy_file_range", "sendfile"]
+"""Kernel copies still believed to work here (one that fails with an error of
+``_COPY_ERRORS`` is dropped for the rest of the process)."""
+
+
+def copy_range(source: int, target: int, offset: int, length: int) -> None:
+    """Append ``length`` bytes of the file ``source`` from ``offset`` to ``target`` (at its file
+    position), copied by the kernel (``copy_file_range``, else ``sendfile``) where it can, else
+    through a buffer. Raises :class:`EOFError` if ``source`` ends first."""
+    while length > 0:
+        method = _copy_methods[0] if _copy_methods else None
+        try:
+            if method == "copy_file_range":
+                count = os.copy_file_range(source, target, length, offset)
+            elif method == "sendfile":
+                count = os.sendfile(target, source, offset, length)
+            else:
+                data = os.pread(source, min(length, CHUNK_SIZE), offset)
+                count = len(data)
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(target, view) :]
+        except OSError as exc:
+            if method is None or exc.errno not in _COPY_ERRORS:
+                raise
+            with suppress(ValueError):
+                _copy_methods.remove(method)
+            continue
+        if count == 0:
+            raise EOFError(f"source ended {length} byte(s) short")
+        offset += count
+        length -= count
 
 
 def remove(url: str) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
+import orjson
 import pytest
 
 from gymflow.jsonline import (
@@ -93,4 +94,10 @@ def test_has_long_digits_is_the_regex_answer() -> None:
     for _ in range(4000):
         data = bytes(rng.choice(alphabet) for _ in range(rng.randrange(60)))
         assert has_long_digits(data) is (LONG_DIGITS.search(data) is not None), data
-    assert has_long_digits(b"x" + b"7" * 19) and not has_long_digits(b"7" * 18 + b"." + b"7" * 18)
+    assert has_long_digits(b"x" + b"7" * 20) and has_long_digits(b"[-" + b"7" * 19)
+    assert not has_long_digits(b"x" + b"7" * 19) and not has_long_digits(b"7" * 18 + b"." + b"7" * 18)
+    # A positive 19-digit integer is exact in orjson; what the test lets through, orjson reads exactly.
+    for text in (b"9999999999999999999", b"-999999999999999999", b"18446744073709551615"[:19]):
+        assert not has_long_digits(text) and type(orjson.loads(text)) is int
+    for text in (b"18446744073709551616", b"-9223372036854775809"):
+        assert has_long_digits(text) and type(orjson.loads(text)) is float

@@ -1,14 +1,26 @@
 """Writing the merged rollouts file (aggregate.md §1.3): all rows sorted by (task, rollout).
 
-Rows are copied from the shards' bytes (the local spool for remote shards) in sorted order, one
-row at a time, so memory does not depend on the file size. A row already in compact JSON is copied
-verbatim; any other row is re-serialized compactly. The file is replaced atomically.
+Rows are copied from the shards' bytes (the local spool for remote shards) in sorted order, so
+memory does not depend on the file size. A row already in compact JSON is copied verbatim; any
+other row is re-serialized compactly. The file is replaced atomically.
+
+Rows that lie next to each other in one shard and are copied verbatim form a *run*, read as one
+span. A reader thread fills reusable buffers with runs (one ``pread`` each) and re-serialized
+rows. For a local output, a run of at least :data:`_COPY_MIN` bytes is instead copied by the
+kernel (:func:`gymflow.storage.copy_range`: ``copy_file_range``, else ``sendfile``), never
+through Python (per-run kernel copies of short runs cost more than they save), and the SHA-256
+is computed on another helper thread while each buffer is written. Any other output (an object
+store) gets the buffers through :func:`merged_lines`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Iterator, Sequence
+from concurrent.futures import Future
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import cast
 
 from gymflow import provenance, storage, threads
@@ -20,6 +32,8 @@ from gymflow.provenance import FileDigest
 __all__ = ["merged_lines", "sorted_rows", "write_merged"]
 
 _BATCH = 4 * 2**20
+_COPY_MIN = 256 * 2**10
+"""Spans at least this long are copied by the kernel; shorter ones through a buffer."""
 
 
 def sorted_rows(scans: Sequence[ShardScan]) -> list[tuple[ShardScan, ScanRow]]:
@@ -33,57 +47,147 @@ def _os_path(url: str) -> str:
     return url[len("file://") :] if url.startswith("file://") else url
 
 
+@dataclass(frozen=True, slots=True)
+class Span:
+    """Unchanged bytes of one shard: ``length`` bytes from ``offset``, then a newline if
+    ``newline`` (the shard's last line, without its own)."""
+
+    scan: ShardScan
+    offset: int
+    length: int
+    newline: bool
+
+
+Batch = tuple[bytearray | bytes | Span, int, int]
+"""(buffer, bytes used, next row); bytes used is -1 for a lone piece (a row larger than a
+buffer, or a span for the kernel to copy)."""
+
+
 class _Batches:
     """Fills reusable buffers with rows in merge order (on the reader thread: ``pread`` into
-    the buffer releases the GIL, and no per-row bytes object is made for verbatim rows)."""
+    the buffer releases the GIL, and no per-row bytes object is made for verbatim rows). With
+    ``copy_min``, a run of verbatim rows at least that long comes alone, as a :class:`Span`."""
 
-    def __init__(self, order: Sequence[tuple[ShardScan, ScanRow]], handles: dict[int, int]) -> None:
+    def __init__(
+        self, order: Sequence[tuple[ShardScan, ScanRow]], handles: dict[int, int], copy_min: int | None = None
+    ) -> None:
         self.order = order
         self.handles = handles
+        self.copy_min = copy_min
         self.free: list[bytearray] = []
 
-    def fill(self, start: int) -> tuple[bytes | bytearray, int, int]:
-        """(buffer, bytes used, next row) for the rows from ``start`` on; a row larger than a
-        whole buffer comes alone, as its own bytes."""
+    def _run(self, start: int, stop_at: int | None = None, budget: int | None = None) -> tuple[int, int]:
+        """(rows, bytes) of the run of verbatim rows from ``start``: adjacent in one shard, at
+        most ``budget`` bytes (no row at all if the first is longer), extended only while shorter
+        than ``stop_at``."""
+        scan, row = self.order[start]
+        if budget is not None and row.length > budget:
+            return 0, 0
+        end = row.offset + row.length
+        index = start + 1
+        while index < len(self.order) and (stop_at is None or end - row.offset < stop_at):
+            next_scan, next_row = self.order[index]
+            if next_scan is not scan or not next_row.compact or next_row.offset != end:
+                break
+            if budget is not None and end + next_row.length - row.offset > budget:
+                break
+            end += next_row.length
+            index += 1
+        return index - start, end - row.offset
+
+    def fill(self, start: int) -> Batch:
+        """The next batch from row ``start`` on."""
         buffer = self.free.pop() if self.free else bytearray(_BATCH)
-        view = memoryview(buffer)
         used = 0
         index = start
-        with view:
+        with memoryview(buffer) as view:
             while index < len(self.order):
                 scan, row = self.order[index]
-                line = None if row.compact else _compact(_parse(self._read(scan, row))) + b"\n"
-                need = row.length + 1 if line is None else len(line)
-                if used + need > _BATCH:
-                    if used == 0:  # a row larger than a buffer: on its own
+                if row.compact:
+                    if (
+                        self.copy_min is not None
+                        and self._run(index, stop_at=self.copy_min)[1] >= self.copy_min
+                    ):
+                        if used:
+                            break  # the span comes next, on its own
+                        rows, length = self._run(index)
                         self.free.append(buffer)
-                        data = self._read(scan, row) if line is None else line
+                        at_end = row.offset + length >= scan.nbytes
+                        newline = at_end and _read_byte(self.handles, scan, row.offset + length - 1) != b"\n"
+                        return Span(scan, row.offset, length, newline), -1, index + rows
+                    # The longest run that fits (a byte kept for a missing last newline).
+                    rows, length = self._run(index, budget=_BATCH - used - 1)
+                    if not rows:
+                        if used:
+                            break
+                        # a row larger than a buffer: on its own
+                        self.free.append(buffer)
+                        data = _read(self.handles, scan, row)
                         return (data if data.endswith(b"\n") else data + b"\n"), -1, index + 1
-                    break
-                if line is None:
-                    self._read_into(scan, row, view[used : used + row.length])
-                    used += row.length
+                    _read_into(
+                        self.handles[scan.index], scan, row.offset, view[used : used + length], row.line
+                    )
+                    used += length
                     if buffer[used - 1] != 0x0A:  # the shard's last line, without its newline
                         buffer[used] = 0x0A
                         used += 1
-                else:
-                    view[used : used + need] = line
-                    used += need
+                    index += rows
+                    continue
+                line = _compact(_parse(_read(self.handles, scan, row))) + b"\n"
+                if used + len(line) > _BATCH:
+                    if used:
+                        break
+                    self.free.append(buffer)
+                    return line, -1, index + 1
+                view[used : used + len(line)] = line
+                used += len(line)
                 index += 1
         return buffer, used, index
 
-    def _read(self, scan: ShardScan, row: ScanRow) -> bytes:
-        data = bytearray(row.length)
-        self._read_into(scan, row, memoryview(data))
-        return bytes(data)
 
-    def _read_into(self, scan: ShardScan, row: ScanRow, target: memoryview) -> None:
-        done = 0
-        while done < row.length:
-            count = os.preadv(self.handles[scan.index], [target[done:]], row.offset + done)
-            if count == 0:
-                raise InputError(f"{scan.url!r} changed while it was being aggregated (line {row.line})")
-            done += count
+def _read(handles: dict[int, int], scan: ShardScan, row: ScanRow) -> bytes:
+    data = bytearray(row.length)
+    _read_into(handles[scan.index], scan, row.offset, memoryview(data), row.line)
+    return bytes(data)
+
+
+def _read_byte(handles: dict[int, int], scan: ShardScan, offset: int) -> bytes:
+    return os.pread(handles[scan.index], 1, offset)
+
+
+def _read_into(handle: int, scan: ShardScan, offset: int, target: memoryview, line: int | None) -> None:
+    done = 0
+    while done < len(target):
+        count = os.preadv(handle, [target[done:]], offset + done)
+        if count == 0:
+            where = f" (line {line})" if line is not None else ""
+            raise InputError(f"{scan.url!r} changed while it was being aggregated{where}")
+        done += count
+
+
+@contextmanager
+def _batches(scans: Sequence[ShardScan], copy_min: int | None) -> Iterator[Iterator[tuple[Batch, _Batches]]]:
+    """The batches of the merged file, each filled on a reader thread while the one before is
+    consumed; a buffer goes back to ``free`` once consumed."""
+    handles: dict[int, int] = {}
+    reader = threads.executor(1, "gymflow-merge-read")
+    try:
+        for scan in scans:
+            handles[scan.index] = os.open(_os_path(scan.source), os.O_RDONLY)
+        batches = _Batches(sorted_rows(scans), handles, copy_min)
+
+        def each() -> Iterator[tuple[Batch, _Batches]]:
+            pending = reader.submit(batches.fill, 0) if batches.order else None
+            while pending is not None:
+                batch = pending.result()
+                pending = reader.submit(batches.fill, batch[2]) if batch[2] < len(batches.order) else None
+                yield batch, batches
+
+        yield each()
+    finally:
+        reader.shutdown(wait=True, cancel_futures=True)
+        for handle in handles.values():
+            os.close(handle)
 
 
 def merged_lines(scans: Sequence[ShardScan]) -> Iterator[bytes | bytearray | memoryview]:
@@ -91,26 +195,76 @@ def merged_lines(scans: Sequence[ShardScan]) -> Iterator[bytes | bytearray | mem
     thread while this one is consumed. A batch is valid until the next one is asked for (its
     buffer is reused). Rows are read with ``pread``: memory-mapping the shards would count their
     pages in the process's resident memory."""
-    handles: dict[int, int] = {}
-    reader = threads.executor(1, "gymflow-merge-read")
-    try:
-        for scan in scans:
-            handles[scan.index] = os.open(_os_path(scan.source), os.O_RDONLY)
-        batches = _Batches(sorted_rows(scans), handles)
-        pending = reader.submit(batches.fill, 0) if batches.order else None
-        while pending is not None:
-            buffer, used, stop = pending.result()
-            pending = reader.submit(batches.fill, stop) if stop < len(batches.order) else None
+    with _batches(scans, None) as each:
+        for (buffer, used, _), batches in each:
+            assert not isinstance(buffer, Span)
             if used < 0:
                 yield buffer
                 continue
             with memoryview(buffer)[:used] as chunk:
                 yield chunk
             batches.free.append(cast(bytearray, buffer))  # consumed: the next fill may reuse it
-    finally:
-        reader.shutdown(wait=True, cancel_futures=True)
-        for handle in handles.values():
-            os.close(handle)
+
+
+def _write_local(scans: Sequence[ShardScan], output: str) -> tuple[str, int]:
+    """Write the merged file to the local ``output``: buffers written while a helper thread
+    hashes them, long runs copied by the kernel (and hashed from the shard)."""
+    digest = hashlib.sha256()
+    scratch = bytearray(_BATCH)
+
+    def hash_span(handles: dict[int, int], span: Span) -> None:
+        offset, length = span.offset, span.length
+        with memoryview(scratch) as view:
+            while length > 0:
+                count = min(length, _BATCH)
+                _read_into(handles[span.scan.index], span.scan, offset, view[:count], None)
+                digest.update(view[:count])
+                offset += count
+                length -= count
+        if span.newline:
+            digest.update(b"\n")
+
+    def write(target: int) -> tuple[str, int]:
+        size = 0
+        with _batches(scans, _COPY_MIN) as each, threads.executor(1, "gymflow-merge-hash") as hasher:
+            hashed: Future[None] | None = None
+            for (piece, used, _), batches in each:
+                if isinstance(piece, Span):
+                    # Hashed from the shard on the hasher thread (its jobs run in order, one at
+                    # a time, so they share one scratch buffer).
+                    try:
+                        storage.copy_range(
+                            batches.handles[piece.scan.index], target, piece.offset, piece.length
+                        )
+                    except EOFError:
+                        raise InputError(
+                            f"{piece.scan.url!r} changed while it was being aggregated"
+                        ) from None
+                    if piece.newline:
+                        _write_all(target, b"\n")
+                    hashed = hasher.submit(hash_span, batches.handles, piece)
+                    size += piece.length + piece.newline
+                    continue
+                chunk = memoryview(piece)[: len(piece) if used < 0 else used]
+                with chunk:
+                    hashed = hasher.submit(digest.update, chunk)
+                    _write_all(target, chunk)
+                    size += len(chunk)
+                    hashed.result()  # before the buffer is refilled
+                    hashed = None
+                if used >= 0:
+                    batches.free.append(cast(bytearray, piece))
+            if hashed is not None:
+                hashed.result()
+        return digest.hexdigest(), size
+
+    return storage.write_atomic_local(output, write)
+
+
+def _write_all(target: int, data: bytes | memoryview) -> None:
+    with memoryview(data) as view:
+        while view:
+            view = view[os.write(target, view) :]
 
 
 def _compact(value: object) -> bytes:
@@ -124,10 +278,13 @@ def _parse(data: bytes) -> object:
 
 def write_merged(scans: Sequence[ShardScan], output: str) -> FileDigest:
     """Write all rows of ``scans`` to ``output`` in merge order, atomically; return its digest
-    (hashed by the writer while it writes)."""
-    # The batches are bytes-like (memoryviews of reused buffers), which the writer and the hash
-    # take as they take bytes.
-    sha256, size = storage.write_atomic_lines(output, cast(Iterator[bytes], merged_lines(scans)))
+    (hashed while it is written)."""
+    if storage.is_local(output):
+        sha256, size = _write_local(scans, output)
+    else:
+        # The batches are bytes-like (memoryviews of reused buffers), which the writer and the
+        # hash take as they take bytes.
+        sha256, size = storage.write_atomic_lines(output, cast(Iterator[bytes], merged_lines(scans)))
     merged = FileDigest(storage.to_uri(output), sha256, size)
     provenance.remember(output, merged)  # the health check that follows need not hash it again
     return merged

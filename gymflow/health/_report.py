@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from itertools import chain
 from typing import Any
 
+import orjson
+
 from gymflow import scratch, storage
 from gymflow.health._evaluate import RowResult, RunStats
 from gymflow.health._registry import ROLLOUT_CHECK_IDS, TASK_CHECK_IDS
@@ -117,6 +119,9 @@ class _Reducer:
         self.unobserved: Counter[tuple[CheckId, ...]] = Counter()
         self.issues: dict[CheckId, int] = dict.fromkeys(CHECK_IDS, 0)
         self.tasks: dict[Identity, tuple[TaskSummary, dict[CheckId, CoverageState]]] = {}
+        self._shared: dict[str, tuple[TaskSummary, dict[CheckId, CoverageState]]] = {}
+        """One object per distinct task entry: most tasks of a run have one of a few entries, so
+        a million tasks cost their keys, not a million dicts (nothing changes an entry)."""
         self._task: Identity | None = None
         self._repeats: list[_Repeat] = []
         self._rollout: tuple[Identity, set[Verdict], bool, int] | None = None
@@ -156,7 +161,9 @@ class _Reducer:
         self._close_rollout()
         if self._repeats:
             assert self._task is not None
-            self.tasks[self._task] = _task_entry(self._repeats, self.ignored_set)
+            entry = _task_entry(self._repeats, self.ignored_set)
+            key = repr(entry)
+            self.tasks[self._task] = self._shared.setdefault(key, entry)
             self._repeats = []
 
     def summary(self, stats: RunStats) -> QualitySummary:
@@ -237,9 +244,20 @@ def merge_runs(
         os.unlink(path)
         raise
     summary = reducer.summary(stats)
-    report = HealthReport(summary, json.dumps(summary, indent=2, ensure_ascii=False).encode(), path)
+    report = HealthReport(summary, summary_bytes(summary), path)
     weakref.finalize(report, scratch.discard, path)
     return report
+
+
+def summary_bytes(summary: QualitySummary) -> bytes:
+    """``quality_summary.json``: 2-space indented JSON, non-ASCII as UTF-8. orjson writes it in C
+    (the json module's indented encoder is Python code that holds every piece of a large summary
+    in a list before joining them); the json module takes what orjson refuses (an integer beyond
+    64 bits), with the same bytes otherwise."""
+    try:
+        return orjson.dumps(summary, option=orjson.OPT_INDENT_2)
+    except TypeError:
+        return json.dumps(summary, indent=2, ensure_ascii=False).encode()
 
 
 def build_report(rows: list[RowResult], ignored: tuple[CheckId, ...], stats: RunStats) -> HealthReport:

@@ -4,14 +4,17 @@
   (:func:`gymflow.jsonline.loads_shallow` and the lean row) and with the full exact reading
   forced: the same error message, or the same facts, group, layout flag, perf and key sets.
 * Merge: rows larger than a buffer, a last line without its newline, rows re-serialized and rows
-  copied verbatim: the merged bytes are the rows in merge order.
+  copied verbatim: the merged bytes are the rows in merge order, whether spans of a local output
+  are copied by ``copy_file_range``, ``sendfile`` or a buffer, and for an fsspec output.
 * Options: frozen mappings, still picklable (issue 12).
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
+import os
 import pickle
 import random
 from pathlib import Path
@@ -94,6 +97,83 @@ def test_merge_copies_rows_in_order_through_small_buffers(
     ordered = sorted(rows, key=lambda row: row["_ng_task_index"])
     assert merged == b"".join(json.dumps(row, separators=(",", ":")).encode() + b"\n" for row in ordered)
     assert (digest.sha256, digest.bytes) == (hashlib.sha256(merged).hexdigest(), len(merged))
+
+
+def _shards_for_copy(tmp_path: Path) -> tuple[list[Any], bytes, int]:
+    """Two shards: one already in merge order (its rows coalesce into spans) with a spaced row, a
+    CRLF row and no newline at its end; one in reverse order. Returns their scans, the merged
+    bytes they must give and how many of those bytes are not copied verbatim."""
+    rows = [
+        {"_ng_task_index": t, "_ng_rollout_index": r, "t": "ü" * (t % 7)} for t in range(30) for r in (0, 1)
+    ]
+    compact = [json.dumps(row, ensure_ascii=False, separators=(",", ":")) for row in rows]
+    lines_a = compact[:30]
+    lines_a[10] = json.dumps(rows[10], ensure_ascii=False)  # spaced: re-serialized
+    lines_a[20] += "\r"  # CRLF: re-serialized
+    (tmp_path / "a.jsonl").write_bytes("\n".join(lines_a).encode())
+    (tmp_path / "b.jsonl").write_bytes("".join(line + "\n" for line in compact[30:][::-1]).encode())
+    scans = [scan_shard(str(tmp_path / name), index) for index, name in enumerate(("a.jsonl", "b.jsonl"))]
+    expected = "".join(line + "\n" for line in compact).encode()
+    rewritten = len(compact[10].encode()) + len(compact[20].encode()) + 2 + 1  # and a's last newline
+    return scans, expected, rewritten
+
+
+@pytest.mark.parametrize("copy_min", [1, 200])
+@pytest.mark.parametrize("methods", [["copy_file_range", "sendfile"], ["sendfile"], [], "EXDEV"])
+def test_local_merge_copies_spans_by_the_kernel_or_falls_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, methods: list[str] | str, copy_min: int
+) -> None:
+    from gymflow import storage
+
+    scans, expected, rewritten = _shards_for_copy(tmp_path)
+    refused = methods == "EXDEV"
+    if refused:  # copy_file_range refused (another file system): sendfile takes over
+
+        def refuse(*_: Any) -> int:
+            raise OSError(errno.EXDEV, "cross-device")
+
+        monkeypatch.setattr(os, "copy_file_range", refuse)
+        methods = ["copy_file_range", "sendfile"]
+    monkeypatch.setattr(storage, "_copy_methods", list(methods))
+    monkeypatch.setattr(merge_module, "_COPY_MIN", copy_min)  # 1: every run by the kernel
+    spans: list[int] = []
+    copy_range = storage.copy_range
+
+    def counted(source: int, target: int, offset: int, length: int) -> None:
+        spans.append(length)
+        copy_range(source, target, offset, length)
+
+    monkeypatch.setattr(storage, "copy_range", counted)
+    digest = write_merged(scans, str(tmp_path / "merged.jsonl"))
+    merged = (tmp_path / "merged.jsonl").read_bytes()
+    assert merged == expected
+    assert (digest.sha256, digest.bytes) == (hashlib.sha256(merged).hexdigest(), len(merged))
+    # Adjacent rows of shard a went as 3 runs (broken by the two re-serialized rows), b's 30
+    # reversed rows as one run each; runs of 200 bytes or more (a's) by the kernel.
+    runs_a = [
+        sum(len(line) + 1 for line in expected.splitlines()[i:j]) for i, j in ((0, 10), (11, 20), (21, 30))
+    ]
+    if copy_min == 1:
+        assert (len(spans), sum(spans)) == (33, len(expected) - rewritten)
+    else:
+        assert spans == [runs_a[0], runs_a[1], runs_a[2] - 1]  # a's last line has no newline
+    if refused:
+        assert storage._copy_methods == ["sendfile"]
+    remote = write_merged(scans, "memory://merge-test/merged.jsonl")  # fsspec: the buffered path
+    assert storage.open_read("memory://merge-test/merged.jsonl").read() == expected
+    assert (remote.sha256, remote.bytes) == (digest.sha256, digest.bytes)
+
+
+def test_local_merge_of_a_shard_that_shrank_fails_and_keeps_the_output(tmp_path: Path) -> None:
+    scans, _, _ = _shards_for_copy(tmp_path)
+    out = tmp_path / "merged.jsonl"
+    out.write_bytes(b"before\n")
+    data = (tmp_path / "b.jsonl").read_bytes()
+    (tmp_path / "b.jsonl").write_bytes(data[: len(data) // 2])
+    with pytest.raises(InputError, match="changed while it was being aggregated"):
+        write_merged(scans, str(out))
+    assert out.read_bytes() == b"before\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.jsonl", "b.jsonl", "merged.jsonl"]
 
 
 def test_options_freeze_their_mappings_and_still_pickle() -> None:
