@@ -29,6 +29,10 @@ os.environ["PREFECT_SERVER_API_PORT"] = str(_free_port())
 os.environ.pop("PREFECT_API_URL", None)
 os.environ.setdefault("DO_NOT_TRACK", "1")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+# The CLI's default console level (prefect.log_level). Prefect fixes its log level when it is first
+# imported in a process: without this, a test that imports Prefect before any in-process command
+# leaves it at INFO for every later test of that worker.
+os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -128,14 +128,10 @@ def test_failed_rows_reach_no_log(
     config = write_gym_config(tmp_path / "cfg.yaml", {"mcqa": resources_server})
     for task in range(0, 30, 3):
         resources_server.set((task, 0), kind="judge_failed")
-    # -v: Prefect logs every task's final state at INFO, to the console and the run's logs
-    assert main(_args(tmp_path, config, tmp_path / "out.jsonl", "-v")) == 0
-    captured = capsys.readouterr()
-    assert canary not in captured.out + captured.err
-    assert "Rollouts missing from the score: 10 of 60" in captured.out
-    url = next(line for line in captured.err.splitlines() if line.startswith("Flow run: "))
-    flow_run_id = url.rstrip("/").rsplit("/", 1)[1]
-
+    # -v: Prefect logs every task's final state at INFO, to the console and the run's logs. In a
+    # process of its own: Prefect fixes its log level when first imported, which this one did.
+    import subprocess
+    import sys
     import time
     from uuid import UUID
 
@@ -143,10 +139,19 @@ def test_failed_rows_reach_no_log(
 
     from tests.prefect_api import local_client
 
-    time.sleep(2)  # logs reach the server in batches
+    command = [sys.executable, "-m", "gymflow.cli", *_args(tmp_path, config, tmp_path / "out.jsonl", "-v")]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr
+    assert canary not in done.stdout + done.stderr
+    assert "Rollouts missing from the score: 10 of 60" in done.stdout
+    url = next(line for line in done.stderr.splitlines() if line.startswith("Flow run: "))
+    flow_run_id = url.rstrip("/").rsplit("/", 1)[1]
+    only_this_run = LogFilter(flow_run_id=LogFilterFlowRunId(any_=[UUID(flow_run_id)]))
+    deadline = time.monotonic() + 30  # logs reach the server in batches
     with local_client() as client:
-        logs = client.read_logs(
-            log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[UUID(flow_run_id)]))
-        )
+        logs = client.read_logs(log_filter=only_this_run)
+        while not logs and time.monotonic() < deadline:
+            time.sleep(0.5)
+            logs = client.read_logs(log_filter=only_this_run)
     assert logs  # the run's logs are there
     assert all(canary not in log.message and len(log.message) < 2000 for log in logs)
