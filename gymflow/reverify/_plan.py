@@ -112,6 +112,8 @@ class ReverifyPlan:
     tally: Tally
     started_at: str
     transport: TransportFactory | None = None
+    warn: Echo | None = None
+    """Where warnings go (the CLI: ``Warning: ...`` on stderr); None: with the other lines."""
     resume: ResumeCounts | None = None
     stack: ExitStack = field(default_factory=ExitStack)
     files: dict[str, Appender] = field(default_factory=dict)
@@ -293,6 +295,7 @@ def prepare(
             guard_transport,
         )
         plan.transport = transport
+        plan.warn = warn
         # On Ctrl-C the CLI exits from its signal handler: publish what a remote output holds so far.
         stack.callback(lifeline.add_cleanup(plan.paths.publish))
     except BaseException:
