@@ -373,7 +373,7 @@ def _open_plan(
     if options.resume_from_cache or options.append:
         stage_existing(paths, echo)
     unmatched = selection.unmatched
-    if options.resume_from_cache:
+    if options.resume_from_cache and not options.judge_failed_only:
         unmatched = _resume(plan, unmatched, echo, warn)
     plan.files = open_outputs(paths, warn)
     plan.starts = {name: handle.start for name, handle in plan.files.items()}
@@ -384,6 +384,9 @@ def _open_plan(
         )
         plan.flush()
         echo(f"Recovery mode: seeded {tally.seeded} successful rollout(s) into {paths.output}")
+        if options.resume_from_cache:
+            # As 0.7.0: the cache is read once the successes are seeded (they count as done).
+            unmatched = _resume(plan, unmatched, echo, warn)
     report_duplicates(selection.duplicates, source, echo)
     tally.selected = len(plan.work) + tally.skipped_by_resume
     for row in unmatched:
@@ -393,7 +396,8 @@ def _open_plan(
     plan.flush()
     if not plan.work:
         echo(NOTHING)
-    else:
+    if "num_samples_in_parallel" in options.model_fields_set:
+        # As 0.7.0: only for a bound the user set (gymflow's default bound goes unsaid).
         echo(f"Verifying with {options.num_samples_in_parallel} concurrent requests")
     return plan
 
