@@ -122,12 +122,13 @@ def _label_key(row: Mapping[str, Any]) -> tuple[str, str] | None:
     return None
 
 
+_NOT_SENT = ("response", "responses_create_params", "_ng_atif_provenance", "_ng_reverify_key")
+"""What 0.7.0 strips before ``/aggregate_metrics``, and gymflow's own content key (the server
+gets the rows 0.7.0 would send it)."""
+
+
 def _strip(row: Mapping[str, Any]) -> dict[str, Any]:
-    out = {
-        k: v
-        for k, v in row.items()
-        if k not in ("response", "responses_create_params", "_ng_atif_provenance")
-    }
+    out = {k: v for k, v in row.items() if k not in _NOT_SENT}
     response = row.get("response")
     usage = response.get("usage") if isinstance(response, Mapping) else None
     if usage:

@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.reverify.cases import AGENT, Case, case_fixture  # noqa: F401
+from tests.reverify.cases import AGENT, Case, case_fixture, key  # noqa: F401
 from tests.reverify.server import aggregate
 from tests.reverify.server_process import ServerProcess
 
@@ -35,7 +35,12 @@ def test_default_writes_the_servers_answer_as_07_does(case: Case) -> None:
     outcome = case.run()
     assert outcome.code == 0, outcome
     rows = _posted(case.server)
-    assert len(rows) == 9 and all("responses_create_params" not in r and "response" not in r for r in rows)
+    assert len(rows) == 9
+    sent = {name for row in rows for name in row}
+    assert not sent & {"responses_create_params", "response", "_ng_reverify_key"}  # as 0.7.0 sends them
+    assert [(r["_ng_task_index"], r["_ng_rollout_index"]) for r in rows] == sorted(
+        key(r) for r in case.rollouts
+    )
     data = case.path(METRICS).read_bytes()
     # byte for byte: what the server answered, in 0.7.0's entry layout, dumped as 0.7.0 dumps it
     assert data == orjson.dumps([_as_07(AGENT, aggregate(rows))], option=orjson.OPT_INDENT_2)
