@@ -30,17 +30,21 @@ not start offline, no example rollouts, a 0.7.0 crash). Exit status 0.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -71,8 +75,12 @@ DEFAULT_SERVERS = (
     "structeval",
     "math_with_code",
     "example_single_tool_call",
+    "math_with_judge",
+    "math_with_judge" + "+stub_judge",
 )
-PORT_07, PORT_GF, HEAD_PORT_07 = 18801, 18802, 11000
+PORT_07, PORT_GF, HEAD_PORT_07, JUDGE_PORT = 18801, 18802, 11000, 18809
+MODEL_PORT_07, MODEL_PORT_GF = 18807, 18808
+STUB = "+stub_judge"
 RUN_TIMEOUT_S = 600.0
 
 
@@ -87,6 +95,50 @@ class Row:
     seconds_07: float | None = None
     seconds_gf: float | None = None
     note: str = ""
+
+
+class _StubJudge(ThreadingHTTPServer):
+    """A deterministic LLM judge on ``/v1/responses``: the verdict ``[[A=B]]`` or ``[[A!=B]]``
+    depends only on the prompt's bytes (SHA-256 parity); ``calls`` counts the requests."""
+
+    calls = 0
+
+
+class _JudgeHandler(BaseHTTPRequestHandler):
+    server: _StubJudge
+
+    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.server.calls += 1
+        request = json.loads(body or b"{}")
+        prompt = json.dumps(request.get("input"), sort_keys=True).encode()
+        verdict = "[[A=B]]" if hashlib.sha256(prompt).digest()[0] % 2 == 0 else "[[A!=B]]"
+        message = {
+            "id": "msg_stub_judge",
+            "type": "message",
+            "role": "assistant",
+            "status": "completed",
+            "content": [{"type": "output_text", "text": f"My final verdict is {verdict}", "annotations": []}],
+        }
+        answer = {
+            "id": "resp_stub_judge",
+            "object": "response",
+            "created_at": 0.0,
+            "model": "stub-judge",
+            "output": [message],
+            "parallel_tool_calls": False,
+            "tool_choice": "auto",
+            "tools": [],
+        }
+        data = json.dumps(answer).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
 
 
 def _prompt_text(row: dict[str, Any]) -> str:
@@ -177,9 +229,48 @@ def _stop_leftovers(ports: Sequence[int], before: set[int]) -> None:
                 pass
 
 
+def _model_block(port: int) -> dict[str, Any]:
+    model = {
+        "entrypoint": "app.py",
+        "openai_base_url": f"http://127.0.0.1:{JUDGE_PORT}/v1",
+        "openai_api_key": "stub",
+        "openai_model": "stub-judge",
+        "openai_default_headers": {},
+        "host": "127.0.0.1",
+        "port": port,
+    }
+    return {"responses_api_models": {"openai_model": model}}
+
+
+def _start_model(
+    ng07: Path, site: Path, config: dict[str, Any], name: str, here: Path
+) -> subprocess.Popen[bytes]:
+    """Start the judge's model server as Gym starts a child server (its config in
+    ``NEMO_GYM_CONFIG_DICT``, its name in ``NEMO_GYM_CONFIG_PATH``) and wait until it listens."""
+    full = {**config, "head_server": {"host": "127.0.0.1", "port": HEAD_PORT_07}, "dry_run": False}
+    env = dict(os.environ, NEMO_GYM_CONFIG_DICT=yaml.safe_dump(full), NEMO_GYM_CONFIG_PATH=name)
+    log = open(here / "model_server.log", "wb")  # noqa: SIM115 (kept open for the child's life)
+    proc = subprocess.Popen(
+        [str(ng07 / "bin" / "python"), "app.py"],
+        cwd=site / "responses_api_models" / "openai_model",
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None:
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", MODEL_PORT_GF)) == 0:
+                break
+        time.sleep(0.2)
+    return proc
+
+
 def _run_07(ng07: Path, here: Path, work: Path, flags: Sequence[str]) -> tuple[int, float]:
     shutil.rmtree(here / "r07", ignore_errors=True)
-    before = _listening_pids(PORT_07) | _listening_pids(HEAD_PORT_07)
+    ports = (PORT_07, HEAD_PORT_07, MODEL_PORT_07)
+    before = {pid for port in ports for pid in _listening_pids(port)}
     argv = [str(ng07 / "bin" / "gym"), "eval", "reverify", "--config", "c07.yaml", *flags]
     argv += [
         "--output",
@@ -190,7 +281,7 @@ def _run_07(ng07: Path, here: Path, work: Path, flags: Sequence[str]) -> tuple[i
     try:
         return _run(argv, here, "ng07")
     finally:
-        _stop_leftovers((PORT_07, HEAD_PORT_07), before)
+        _stop_leftovers(ports, before)
 
 
 def _run(argv: list[str], cwd: Path, label: str) -> tuple[int, float]:
@@ -203,6 +294,19 @@ def _run(argv: list[str], cwd: Path, label: str) -> tuple[int, float]:
         except subprocess.TimeoutExpired:
             code = -1
     return code, time.monotonic() - started
+
+
+def _reason(here: Path, label: str) -> str:
+    """Why a run failed: the last ``...Error: ...`` line of its output (a server that does not
+    start names its missing module), else its last stderr line."""
+    text = (here / f"{label}.stdout").read_text(errors="replace") + (here / f"{label}.stderr").read_text(
+        errors="replace"
+    )
+    found = re.findall(r"(\w*Error: .*)$", text, re.MULTILINE)
+    if found:
+        return str(found[-1])[:100]
+    lines = text.strip().splitlines()
+    return lines[-1][:100] if lines else ""
 
 
 def _lines(path: Path) -> Counter[bytes] | None:
@@ -238,10 +342,14 @@ def _differing_fields(a: Path, b: Path) -> list[str]:
     return sorted(fields)
 
 
-def compare(server: str, ng07: Path, work: Path, gymflow: list[str]) -> Row:
+def compare(label: str, ng07: Path, work: Path, gymflow: list[str], judge: _StubJudge | None = None) -> Row:
+    """One table row; ``label`` is a server name, or ``<server>+stub_judge``: the server with
+    ``should_use_judge: true`` and its ``judge_model_server`` answered by the stub judge (a block
+    with only an address, which 0.7.0 does not start with ``error_on_almost_servers=false``)."""
+    server = label.removesuffix(STUB)
     site = next((ng07 / "lib").glob("python3*/site-packages"))
     server_dir = site / "resources_servers" / server
-    result = Row(server)
+    result = Row(label)
     found = _server_block(server_dir)
     if found is None:
         result.note = "no resources-server block in its configs"
@@ -251,37 +359,61 @@ def compare(server: str, ng07: Path, work: Path, gymflow: list[str]) -> Row:
     if isinstance(inputs, str):
         result.note = inputs
         return result
-    here = work / server
+    here = work / label
     shutil.rmtree(here, ignore_errors=True)
     here.mkdir(parents=True)
     _write_jsonl(here / "inputs.jsonl", inputs[0])
     _write_jsonl(here / "rollouts.jsonl", inputs[1])
     flags = ["--inputs", "inputs.jsonl", "--rollouts", "rollouts.jsonl"]
-    venvs = work / "_venvs" / "resources_servers" / server
-    venvs.mkdir(parents=True, exist_ok=True)
-    if not (venvs / ".venv").exists():
-        (venvs / ".venv").symlink_to(ng07)
+    for kind, name in (("resources_servers", server), ("responses_api_models", "openai_model")):
+        venvs = work / "_venvs" / kind / name
+        venvs.mkdir(parents=True, exist_ok=True)
+        if not (venvs / ".venv").exists():
+            (venvs / ".venv").symlink_to(ng07)
     impl = {**impls[server], "host": "127.0.0.1"}
-    block_07 = {block_name: {"resources_servers": {server: {**impl, "port": PORT_07}}}}
+    judge_ref = impl.get("judge_model_server")
+    judge_name = judge_ref.get("name") if isinstance(judge_ref, dict) else None
+    if label.endswith(STUB):
+        if not judge_name:
+            result.note = "no judge_model_server to stub"
+            return result
+        impl["should_use_judge"] = True
+    block_07: dict[str, Any] = {block_name: {"resources_servers": {server: {**impl, "port": PORT_07}}}}
     launch = {"python": str(ng07 / "bin" / "python"), "dir": str(server_dir)}
-    block_gf = {block_name: {"resources_servers": {server: {**impl, "port": PORT_GF, **launch}}}}
+    block_gf: dict[str, Any] = {
+        block_name: {"resources_servers": {server: {**impl, "port": PORT_GF, **launch}}}
+    }
+    if judge_name:
+        # The judge model block the server names: 0.7.0's openai_model server pointed at the stub
+        # judge. 0.7.0 starts it; for gymflow (which starts resources servers only) this script does.
+        block_07[judge_name] = _model_block(MODEL_PORT_07)
+        block_gf[judge_name] = _model_block(MODEL_PORT_GF)
     (here / "c07.yaml").write_text(yaml.safe_dump(block_07, sort_keys=False))
     (here / "cgf.yaml").write_text(yaml.safe_dump(block_gf, sort_keys=False))
+    calls = judge.calls if judge is not None else 0
     code, result.seconds_07 = _run_07(ng07, here, work, flags)
-    if code != 0 and "Pass ++force=true" in (here / "ng07.stdout").read_text(errors="replace"):
+    if code != 0 and "++force=true" in (here / "ng07.stdout").read_text(errors="replace"):
         flags.append("--force")  # an unknown/unsupported server: 0.7.0 needs --force, gymflow too
+        calls = judge.calls if judge is not None else 0
         code, result.seconds_07 = _run_07(ng07, here, work, flags)
-    code_gf, result.seconds_gf = _run(
-        [*gymflow, "--config", "cgf.yaml", *flags, "--output", "rgf/rollouts.jsonl"], here, "gymflow"
-    )
+    judged_07 = judge.calls - calls if judge is not None else 0
+    model = _start_model(ng07, site, block_gf, judge_name, here) if judge_name else None
+    try:
+        code_gf, result.seconds_gf = _run(
+            [*gymflow, "--config", "cgf.yaml", *flags, "--output", "rgf/rollouts.jsonl"], here, "gymflow"
+        )
+    finally:
+        if model is not None:
+            model.terminate()
+            model.wait(timeout=30)
+    if label.endswith(STUB) and judge is not None:
+        result.note = f"judge calls 0.7.0 {judged_07}, gymflow {judge.calls - calls - judged_07}"
     prefix = "unsafe_" if "--force" in flags else ""
     out07, outgf = here / "r07" / f"{prefix}rollouts.jsonl", here / "rgf" / f"{prefix}rollouts.jsonl"
     if code != 0:
-        tail = (here / "ng07.stderr").read_text(errors="replace").strip().splitlines()[-1:]
-        result.note = f"0.7.0 exit {code}: {tail[0][:90] if tail else ''}"
+        result.note += f"{'; ' if result.note else ''}0.7.0 exit {code}: {_reason(here, 'ng07')}"
     if code_gf != 0:
-        tail = (here / "gymflow.stderr").read_text(errors="replace").strip().splitlines()[-1:]
-        result.note += f"{'; ' if result.note else ''}gymflow exit {code_gf}: {tail[0][:90] if tail else ''}"
+        result.note += f"{'; ' if result.note else ''}gymflow exit {code_gf}: {_reason(here, 'gymflow')}"
     rows07, rowsgf = _lines(out07), _lines(outgf)
     result.rows_07 = sum(rows07.values()) if rows07 is not None else None
     result.rows_gf = sum(rowsgf.values()) if rowsgf is not None else None
@@ -339,8 +471,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     print(header)
     print("|" + "---|" * 9)
+    judge = _StubJudge(("127.0.0.1", JUDGE_PORT), _JudgeHandler)
+    threading.Thread(target=judge.serve_forever, daemon=True).start()
     for server in servers:
-        row = compare(server, args.ng07, args.work, gymflow)
+        row = compare(server, args.ng07, args.work, gymflow, judge)
         cells = [
             row.server,
             row.rows_07,
@@ -353,6 +487,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             row.note,
         ]
         print("| " + " | ".join(_cell(c) for c in cells) + " |", flush=True)
+    judge.shutdown()
     return 0
 
 
