@@ -3,7 +3,7 @@ resources servers, over the example rollouts shipped in the ``nemo_gym`` wheel.
 
 Run from the repo root, with 0.7.0 installed in a venv of its own (not needed by the test suite)::
 
-    python bench/reverify_vs_07.py --ng07 /work/ng07 [--servers mcqa,code_gen | --all] [--work DIR]
+    python bench/reverify_vs_07.py --ng07 /work/ng07 [--servers mcqa,code_gen | --all] [--prefect]
 
 Per server ``S`` (``resources_servers/S`` beside the installed ``nemo_gym``):
 
@@ -39,6 +39,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections import Counter
@@ -50,7 +51,6 @@ from typing import Any
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
 DEFAULT_SERVERS = (
     "mcqa",
     "bunsenbench_chemistry_mcq",
@@ -449,7 +449,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--ng07", type=Path, default=Path("/work/ng07"), help="venv with nemo-gym 0.7.0")
     parser.add_argument("--servers", help="comma-separated resources servers (default: a set of 23)")
     parser.add_argument("--all", action="store_true", help="every server of the wheel with example rollouts")
-    parser.add_argument("--work", type=Path, default=REPO / "bench" / "_reverify_vs_07")
+    parser.add_argument(
+        "--work",
+        type=Path,
+        default=Path(tempfile.gettempdir()) / "gymflow-reverify-vs-07",
+        help="scratch dir",
+    )
     parser.add_argument("--prefect", action="store_true", help="gymflow orchestrated (default: --direct)")
     args = parser.parse_args(argv)
     site = next((args.ng07 / "lib").glob("python3*/site-packages"))
