@@ -45,6 +45,7 @@ _FLAGS = {
     "verify_timeout": "verify_timeout_s",
     "max_attempts": "verify_max_attempts",
     "server_metrics": "server_metrics",
+    "local_metrics": "local_metrics",
     "allow_outside_manifest": "allow_outside_manifest",
     "search_dir": "search_dirs",
     "reuse_server": "reuse_server",
@@ -98,7 +99,8 @@ def register(eval_commands: argparse._SubParsersAction) -> None:  # type: ignore
     _flag(parser, "--disable-aggregation", help="do not write the aggregate-metrics file")
     _flag(parser, "--judge-failed-only", help="re-verify only the run's judge failures")
     _flag(parser, "--append", help="with --judge-failed-only: add to an existing output")
-    _flag(parser, "--server-metrics", help="compute aggregate metrics on the resources server")
+    _flag(parser, "--server-metrics", help="aggregate metrics from the resources server (the default)")
+    _flag(parser, "--local-metrics", help="compute aggregate metrics locally, without the resources server")
     _flag(parser, "--allow-outside-manifest", help="ATIF: allow trajectories outside the manifest directory")
     _flag(parser, "--reuse-server", help="use a server already running at a configured port as it runs")
     parser.add_argument(

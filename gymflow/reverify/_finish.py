@@ -19,7 +19,7 @@ from gymflow.aggregate._rows import RowFacts, extract
 from gymflow.aggregate._run import metrics_bytes
 from gymflow.aggregate._scan import GroupRef
 from gymflow.errors import InputError
-from gymflow.gym_config import RouteError
+from gymflow.gym_config import RouteError, resources_server_url
 from gymflow.reverify._outputs import forget_kept
 from gymflow.reverify._plan import Echo, ReverifyPlan, Tally
 from gymflow.run_context import RunContext
@@ -122,12 +122,13 @@ def _label_key(row: Mapping[str, Any]) -> tuple[str, str] | None:
     return None
 
 
+_NOT_SENT = ("response", "responses_create_params", "_ng_atif_provenance", "_ng_reverify_key")
+"""What 0.7.0 strips before ``/aggregate_metrics``, and gymflow's own content key (the server
+gets the rows 0.7.0 would send it)."""
+
+
 def _strip(row: Mapping[str, Any]) -> dict[str, Any]:
-    out = {
-        k: v
-        for k, v in row.items()
-        if k not in ("response", "responses_create_params", "_ng_atif_provenance")
-    }
+    out = {k: v for k, v in row.items() if k not in _NOT_SENT}
     response = row.get("response")
     usage = response.get("usage") if isinstance(response, Mapping) else None
     if usage:
@@ -135,8 +136,24 @@ def _strip(row: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _entries(plan: ReverifyPlan, echo: Echo) -> list[dict[str, Any]]:
-    """One entry per (run label, resources server), sorted by label then server."""
+ENTRY_BLOCKS = ("agent_metrics", "key_metrics", "group_level_metrics", "repeat_level_metrics")
+"""The blocks of a metrics-file entry, after ``agent_ref``, in 0.7.0's order."""
+
+_BLOCK_TYPES: dict[str, type] = {
+    "agent_metrics": dict,
+    "key_metrics": dict,
+    "group_level_metrics": list,
+    "repeat_level_metrics": list,
+}
+
+
+def _entries(plan: ReverifyPlan, warn: Echo) -> list[dict[str, Any]]:
+    """One entry per (run label, resources server), sorted by label then server (§4 point 6).
+
+    By default each entry is its resources server's ``/aggregate_metrics`` answer, as 0.7.0
+    writes it (§3.10 point 1); with ``local_metrics``, or for a server that cannot answer,
+    gymflow's local computation (one warning names the servers whose own metrics are absent)."""
+    local = plan.options.local_metrics
     facts: dict[tuple[str, str], list[RowFacts]] = {}
     rows: dict[tuple[str, str], list[dict[str, Any]]] = {}
     refs: dict[tuple[str, str], GroupRef] = {}
@@ -162,37 +179,82 @@ def _entries(plan: ReverifyPlan, echo: Echo) -> list[dict[str, Any]]:
             group = (labelled[0], server)
             refs.setdefault(group, GroupRef(labelled[0], "_ng_environment_server" in row, labelled[1]))
             facts.setdefault(group, []).append(extract(row, None, f"{plan.paths.output!r} line {number}"))
-            if plan.options.server_metrics:
+            if not local:
                 rows.setdefault(group, []).append(_strip(row))
     servers_of: dict[str, set[str]] = {}
     for label, server in refs:
         servers_of.setdefault(label, set()).add(server)
     keyed = {(g[0] if len(servers_of[g[0]]) == 1 else f"{g[0]}/{g[1]}"): g for g in refs}
     labels = assign_labels({name: refs[group] for name, group in keyed.items()})
+    absent: dict[str, str] = {}
     entries: list[tuple[tuple[str, str], dict[str, Any]]] = []
     for name, group in keyed.items():
         label = labels[name]
-        entry: dict[str, Any] = {"agent_ref": {"name": label}}
-        if plan.options.server_metrics:
-            answer = _server_metrics(plan, group[1], rows[group])
-            entry.update({k: v for k, v in answer.items() if k != "perf_summary"})
-        else:
-            entry.update(group_metrics(facts[group], label, None, None).blocks())
+        entry: dict[str, Any] | None = None
+        if not local and group[1] not in absent:
+            blocks, problem = _server_blocks(plan, group[1], rows[group])
+            if blocks is None:
+                absent[group[1]] = problem
+            else:
+                entry = {"agent_ref": {"name": label}, **blocks}
+        if entry is None:
+            entry = {"agent_ref": {"name": label}, **group_metrics(facts[group], label, None, None).blocks()}
         entries.append(((label, group[1]), entry))
     entries.sort(key=lambda pair: pair[0])
+    if absent:
+        warn(_absent_line(absent))
     return [entry for _, entry in entries]
 
 
-def _server_metrics(plan: ReverifyPlan, server: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
+def _absent_line(absent: Mapping[str, str]) -> str:
+    named = ", ".join(f"{name!r} ({problem})" for name, problem in sorted(absent.items()))
+    noun = "resources server" if len(absent) == 1 else "resources servers"
+    return (
+        f"aggregate metrics: {noun} {named} did not answer /aggregate_metrics; the metrics file holds "
+        "gymflow's local metrics for its rows, without that server's own metrics (pass --local-metrics "
+        "to compute them locally on purpose)"
+    )
+
+
+def _server_blocks(
+    plan: ReverifyPlan, server: str, rows: list[dict[str, Any]]
+) -> tuple[dict[str, Any] | None, str]:
+    """The entry blocks of a server's ``/aggregate_metrics`` answer, as 0.7.0 keeps them (its
+    keys in their order, its number types; absent blocks empty, ``perf_summary`` and any other
+    key dropped), or None and why the server gave none."""
     import httpx
 
-    from gymflow.aggregate._server import ServerSettings, post_metrics
+    from gymflow.aggregate._server import ServerMetricsError, ServerSettings, post_metrics
 
+    # A server no row of this run was sent to (e.g. --resume with nothing left) is asked at
+    # its configured address, as 0.7.0 asks every configured server.
+    url = (plan.urls.get(server) or resources_server_url(plan.gym_config, server)) if server else None
+    if url is None:
+        return None, "no address in the config"
     settings = ServerSettings(
         timeout_s=plan.options.verify_timeout_s, max_attempts=plan.options.verify_max_attempts
     )
-    with httpx.Client(timeout=httpx.Timeout(settings.timeout_s), trust_env=False) as client:
-        return post_metrics(client, server, plan.urls[server], rows, settings)
+    try:
+        with httpx.Client(timeout=httpx.Timeout(settings.timeout_s), trust_env=False) as client:
+            answer = post_metrics(client, server, url, rows, settings)
+    except ServerMetricsError as exc:
+        prefix = f"aggregate metrics: resources server {server!r} failed: "
+        return None, _shorten(str(exc).removeprefix(prefix))
+    blocks: dict[str, Any] = {}
+    for name in ENTRY_BLOCKS:
+        value = answer.get(name)
+        if value is None:
+            value = _BLOCK_TYPES[name]()
+        if not isinstance(value, _BLOCK_TYPES[name]):
+            kind = "object" if _BLOCK_TYPES[name] is dict else "array"
+            return None, f"its answer's {name} is not a JSON {kind}"
+        blocks[name] = value
+    return blocks, ""
+
+
+def _shorten(text: str, limit: int = 200) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def banner(plan: ReverifyPlan, metrics: str | None, rows: int) -> list[str]:
@@ -294,8 +356,9 @@ def finish(plan: ReverifyPlan, echo: Echo, ctx: RunContext | None = None) -> Rev
         else:
             echo("Computing aggregate metrics")
             if rows:
-                entries = _entries(plan, echo)
+                entries = _entries(plan, plan.warn or echo)
                 for entry in entries:
+                    echo("")  # 0.7.0 prints a blank line before each "Key metrics for"
                     for line in key_metrics_lines(entry):
                         echo(line)
                 data = metrics_bytes(entries)

@@ -34,7 +34,10 @@ class ReverifyOptions(BaseModel):
     retry_invalid_judge_responses: bool = False
     verify_timeout_s: float = Field(default=300.0, gt=0, description="per-request timeout")
     verify_max_attempts: int = Field(default=4, ge=1, description="attempts per request")
-    server_metrics: bool = Field(default=False, description="aggregate on the resources server")
+    server_metrics: bool = Field(
+        default=False, description="metrics from the resources server (the default, named explicitly)"
+    )
+    local_metrics: bool = Field(default=False, description="compute the metrics locally, without a server")
     allow_outside_manifest: bool = Field(
         default=False, description="ATIF: trajectories outside the manifest dir"
     )
@@ -90,6 +93,11 @@ class ReverifyOptions(BaseModel):
                 raise ValueError(
                     "ATIF reverification requires a stateless verifier; --force is not supported."
                 )
+        if self.local_metrics and self.server_metrics:
+            raise ValueError(
+                "`local_metrics` and `server_metrics` are mutually exclusive: one computes the "
+                "metrics locally, the other asks the resources server (the default)."
+            )
         return self
 
     @property

@@ -113,6 +113,8 @@ class ReverifyPlan:
     tally: Tally
     started_at: str
     transport: TransportFactory | None = None
+    warn: Echo | None = None
+    """Where warnings go (the CLI: ``Warning: ...`` on stderr); None: with the other lines."""
     resume: ResumeCounts | None = None
     stack: ExitStack = field(default_factory=ExitStack)
     files: dict[str, Appender] = field(default_factory=dict)
@@ -298,6 +300,7 @@ def prepare(
             servers,
         )
         plan.transport = transport
+        plan.warn = warn
         # On Ctrl-C the CLI exits from its signal handler: publish what a remote output holds so far.
         stack.callback(lifeline.add_cleanup(plan.paths.publish))
     except BaseException:
@@ -379,7 +382,7 @@ def _open_plan(
     if options.resume_from_cache or options.append:
         stage_existing(paths, echo)
     unmatched = selection.unmatched
-    if options.resume_from_cache:
+    if options.resume_from_cache and not options.judge_failed_only:
         unmatched = _resume(plan, unmatched, echo, warn)
     plan.files = open_outputs(paths, warn)
     plan.starts = {name: handle.start for name, handle in plan.files.items()}
@@ -390,6 +393,9 @@ def _open_plan(
         )
         plan.flush()
         echo(f"Recovery mode: seeded {tally.seeded} successful rollout(s) into {paths.output}")
+        if options.resume_from_cache:
+            # As 0.7.0: the cache is read once the successes are seeded (they count as done).
+            unmatched = _resume(plan, unmatched, echo, warn)
     report_duplicates(selection.duplicates, source, echo)
     tally.selected = len(plan.work) + tally.skipped_by_resume
     for row in unmatched:
@@ -399,7 +405,8 @@ def _open_plan(
     plan.flush()
     if not plan.work:
         echo(NOTHING)
-    else:
+    if "num_samples_in_parallel" in options.model_fields_set:
+        # As 0.7.0: only for a bound the user set (gymflow's default bound goes unsaid).
         echo(f"Verifying with {options.num_samples_in_parallel} concurrent requests")
     return plan
 

@@ -35,12 +35,12 @@ def stamp(
             assigned = "permanent"
             row["_ng_failure_terminal"] = True
         row["_ng_failure_class"] = assigned
+    # Assigned as 0.7.0 assigns them: a field the answer already has (a server echoing
+    # ``agent_ref``, a failure row holding the body) keeps its place; the others follow, in order.
     for name in ("_ng_task_index", "_ng_rollout_index"):
-        row.pop(name, None)
         row[name] = body.get(name)
     for name in _STAMPS:
         if name in body:
-            row.pop(name, None)
             row[name] = body[name]
     row.pop("_ng_reverify_key", None)
     row["_ng_reverify_key"] = key

@@ -97,6 +97,11 @@ def max_attempts(echo: Callable[[str], None]) -> int:
 
 @dataclass
 class ResumeCounts:
+    """The ``Resumed from cache`` block. As 0.7.0 prints it, ``total`` and ``todo`` count the
+    selected rows and the other three describe the files: keys in the output, keys terminal in
+    the sidecar, keys with at least the cap of attempts there (a key may be in several; with
+    ``--limit``, also keys outside the selection). An attempt counts as in :func:`resume_filter`."""
+
     total: int = 0
     done: int = 0
     terminal: int = 0
@@ -142,37 +147,44 @@ def resume_filter(
     (task, rollout) without a content key). Raises :class:`ResumeConflict` when the output holds
     rows of the same (task, rollout) computed from other bytes or another verifier.
     """
-    counts = ResumeCounts(total=len(selected))
+    counts = ResumeCounts(total=len(selected), done=len(existing.output))
     todo: list[int] = []
     conflicts: list[Key] = []
     legacy_refused: list[Key] = []
+
+    def attempts_of(key: Key, content: str | None) -> list[Attempt]:
+        return [
+            a
+            for a in existing.sidecar.get(key, ())
+            if a.reverify_key == content or (a.reverify_key is None and not atif)
+        ]
+
     for index, (key, content) in enumerate(selected):
         held = existing.output.get(key)
         if held is not None:
             if content in held:
-                counts.done += 1
                 continue
             if None in held:
                 if atif:
                     legacy_refused.append(key)
                     continue
-                counts.done += 1
                 counts.legacy_matches += 1
                 continue
             conflicts.append(key)
             continue
-        attempts = [
-            a
-            for a in existing.sidecar.get(key, ())
-            if a.reverify_key == content or (a.reverify_key is None and not atif)
-        ]
+        attempts = attempts_of(key, content)
         if any(_is_terminal(a, retry_terminal_timeouts) for a in attempts):
-            counts.terminal += 1
             continue
         if len(attempts) >= cap:
-            counts.maxed += 1
             continue
         todo.append(index)
+    # The sidecar's keys as 0.7.0 counts them: a selected key by its matching attempts, any
+    # other key (beyond --limit, say) by all of its rows.
+    contents = dict(selected)
+    for key, rows in existing.sidecar.items():
+        attempts = attempts_of(key, contents[key]) if key in contents else rows
+        counts.terminal += any(_is_terminal(a, retry_terminal_timeouts) for a in attempts)
+        counts.maxed += len(attempts) >= cap
     if legacy_refused:
         first = min(legacy_refused)
         raise ResumeConflict(

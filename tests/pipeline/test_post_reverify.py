@@ -4,6 +4,7 @@ only the row that failed."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -41,7 +42,9 @@ def test_post_reverifies_and_recovers_only_the_failed_row(
     assert "reverify: ran" in summary and "failures by class: 1 judge_failed" in summary
     assert len((run / "rollouts_reverified.jsonl").read_bytes().splitlines()) == 9
     assert b'"_ng_failure_class":"judge_failed"' in (run / "rollouts_reverified_failures.jsonl").read_bytes()
-    assert (run / "rollouts_reverified_aggregate_metrics.json").is_file()
+    [entry] = json.loads((run / "rollouts_reverified_aggregate_metrics.json").read_text())
+    assert "pass@1/accuracy" in entry["agent_metrics"]  # the server's own answer, as 0.7.0 writes it
+    assert len(server.log("/aggregate_metrics")) == 1  # only reverify asks: post's aggregate is local
     assert len(server.log("/verify")) == 10
     if not mode:  # the reverified rollouts are an asset computed from the run's inputs
         assert "prefect.asset.materialization.succeeded" in asset_events(run / "rollouts_reverified.jsonl")
@@ -53,3 +56,20 @@ def test_post_reverifies_and_recovers_only_the_failed_row(
     assert "aggregate: up to date" in again and "health-check: up to date" in again
     assert [entry["key"] for entry in server.log("/verify")] == [[3, 1]]
     assert len((run / "rollouts_reverified.jsonl").read_bytes().splitlines()) == 10
+
+
+def test_post_reverify_local_metrics(
+    tmp_path: Path, server: ServerProcess, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = tmp_path / "run"
+    materialized, rollouts = mcqa_rows(2, 2)
+    write_jsonl(run / "shards" / "rollouts_shard_0.jsonl", rollouts)
+    write_jsonl(run / "rollouts_materialized_inputs.jsonl", materialized)
+    config = tmp_path / "post.yaml"
+    reverify = {"enabled": True, "local_metrics": True}
+    config.write_text(yaml.safe_dump({**gym_config({"mcqa": server}), "reverify": reverify}))
+    assert main(["eval", "post", str(run), "--config", str(config), "--direct"]) == 0
+    capsys.readouterr()
+    [entry] = json.loads((run / "rollouts_reverified_aggregate_metrics.json").read_text())
+    assert entry["agent_metrics"]["mean/reward"] == 1 and "pass@1/accuracy" not in entry["agent_metrics"]
+    assert server.log("/aggregate_metrics") == [] and len(server.log("/verify")) == 4

@@ -9,13 +9,18 @@ Wire endpoints, as a NeMo Gym resources server answers them:
   ``failure_kind``, ``failure_reason``, ``expected_answer``, ``extracted_answer``. It never echoes ``_ng_*``,
   ``agent_ref`` or other dataset fields. A body without ``response``/``responses_create_params`` objects
   gets 422 ``{"detail": [...]}``.
-* ``POST /aggregate_metrics``: a minimal default (mean reward, row count); 500 on a duplicate key.
+* ``POST /aggregate_metrics``: mcqa-like metrics of the rows (:func:`aggregate`): floats for every
+  statistic, also whole ones (``1.0``), integer counts, keys in an order that is not sorted and the
+  blocks in another order than a metrics file's, plus ``perf_summary: null`` and a key of its own;
+  500 on a duplicate key.
 
 Control endpoints (state is per process; with several workers use the command-line flags only):
 
 * ``POST /_control/set`` ``{"key": [task, rollout] | null, "kind": ..., ...}``: the behaviour of
   ``/verify`` for one key, or for every key without one of its own when ``key`` is null (:class:`Behaviour`).
 * ``POST /_control/mode`` ``{"mode": <any JSON>, "status": 200}``: the ``/reverify_mode`` answer.
+* ``POST /_control/aggregate`` ``{"status": 404, "body": <any JSON>}``: ``/aggregate_metrics`` answers
+  that instead (status 0: closes the connection without an answer; ``{"status": null}``: computes again).
 * ``GET /_control/log``: every wire request (``method``, ``path``, ``key``, ``body``, ``t``), oldest first.
 * ``GET /_control/stats``: ``in_flight``, ``peak_in_flight``, ``requests`` (per path), ``attempts`` per key.
 * ``POST /_control/reset``: behaviours, log, counters and mode back to the start values.
@@ -105,9 +110,11 @@ class ServerState:
     in_flight: int = 0
     peak_in_flight: int = 0
     initial: tuple[Any, int] = ("stateless", 200)
+    aggregate_answer: tuple[int, Any] | None = None
 
     def reset(self) -> None:
         self.mode, self.mode_status = self.initial
+        self.aggregate_answer = None
         self.behaviours.clear()
         self.attempts.clear()
         self.log.clear()
@@ -200,6 +207,48 @@ def grade(body: dict[str, Any]) -> dict[str, Any]:
         "failure_reason": None,
         "expected_answer": expected,
         "extracted_answer": extracted,
+    }
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
+def _stats(values: list[float]) -> dict[str, float]:
+    mean = sum(values) / len(values)
+    std = (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5 if len(values) > 1 else 0.0
+    return {"mean": mean, "max": max(values), "min": min(values), "median": _median(values), "std": std}
+
+
+def aggregate(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The ``/aggregate_metrics`` answer for rows: mean/max/min/median/std of ``reward`` (floats),
+    ``pass@1/accuracy`` (percent), ``num_repeats`` (an int), per task and per rollout index."""
+    rewards = [float(r.get("reward") or 0.0) for r in rows]
+    by_task: dict[Any, list[float]] = {}
+    by_repeat: dict[Any, list[float]] = {}
+    for row, reward in zip(rows, rewards, strict=True):
+        by_task.setdefault(row.get("_ng_task_index"), []).append(reward)
+        by_repeat.setdefault(row.get("_ng_rollout_index"), []).append(reward)
+    agent_metrics: dict[str, Any] = {f"{k}/reward": v for k, v in _stats(rewards or [0.0]).items()}
+    agent_metrics["pass@1/accuracy"] = 100.0 * agent_metrics["mean/reward"]
+    agent_metrics["num_repeats"] = max((len(v) for v in by_task.values()), default=0)
+    return {
+        "group_level_metrics": [
+            {"_ng_task_index": task, "mean/reward": sum(v) / len(v), "num_rollouts": len(v)}
+            for task, v in by_task.items()
+        ],
+        "agent_metrics": agent_metrics,
+        "key_metrics": {
+            "pass@1/accuracy": agent_metrics["pass@1/accuracy"],
+            "mean/reward": agent_metrics["mean/reward"],
+        },
+        "perf_summary": None,
+        "repeat_level_metrics": [
+            {"_ng_rollout_index": index, "mean/reward": sum(v) / len(v)} for index, v in by_repeat.items()
+        ],
+        "server": "tests.reverify.server",
     }
 
 
@@ -324,18 +373,14 @@ def create_app(
                     f"Duplicate materialized input row for rollout key {key}", 500, media_type="text/plain"
                 )
             seen.add(key)
-        rewards = [float(r.get("reward", 0.0)) for r in rows if isinstance(r, dict)]
-        mean = sum(rewards) / len(rewards) if rewards else 0.0
-        metrics = {"mean/reward": mean, "num_rows": len(rows)}
-        return _json(
-            {
-                "group_level_metrics": [],
-                "agent_metrics": metrics,
-                "key_metrics": {"mean/reward": mean},
-                "perf_summary": None,
-                "repeat_level_metrics": [],
-            }
-        )
+        if state.aggregate_answer is not None:
+            status, content = state.aggregate_answer
+            if status == 0:
+                _drop_connection(request.scope)
+                await asyncio.sleep(0.05)
+                return Response(b"", status_code=500)
+            return _json(content, status)
+        return _json(aggregate([r for r in rows if isinstance(r, dict)]))
 
     async def control_set(request: Request) -> Response:
         data = msgspec.json.decode(await request.body())
@@ -351,6 +396,12 @@ def create_app(
         data = msgspec.json.decode(await request.body())
         state.mode = data.get("mode")
         state.mode_status = int(data.get("status", 200))
+        return _json({"ok": True})
+
+    async def control_aggregate(request: Request) -> Response:
+        data = msgspec.json.decode(await request.body())
+        status = data.get("status")
+        state.aggregate_answer = None if status is None else (int(status), data.get("body"))
         return _json({"ok": True})
 
     async def control_log(request: Request) -> Response:
@@ -377,6 +428,7 @@ def create_app(
             Route("/aggregate_metrics", aggregate_metrics, methods=["POST"]),
             Route("/_control/set", control_set, methods=["POST"]),
             Route("/_control/mode", control_mode, methods=["POST"]),
+            Route("/_control/aggregate", control_aggregate, methods=["POST"]),
             Route("/_control/log", control_log, methods=["GET"]),
             Route("/_control/stats", control_stats, methods=["GET"]),
             Route("/_control/reset", control_reset, methods=["POST"]),

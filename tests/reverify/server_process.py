@@ -86,6 +86,10 @@ class ServerProcess:
         """Set the ``/reverify_mode`` answer (any JSON value) and its HTTP status."""
         self._http.post("/_control/mode", json={"mode": mode, "status": status}).raise_for_status()
 
+    def set_aggregate(self, status: int | None, body: Any = None) -> None:
+        """``/aggregate_metrics`` answers ``status`` with ``body`` (None: computes again)."""
+        self._http.post("/_control/aggregate", json={"status": status, "body": body}).raise_for_status()
+
     def reset(self) -> None:
         self._http.post("/_control/reset").raise_for_status()
 

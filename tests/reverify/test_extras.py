@@ -1,4 +1,4 @@
-"""--server-metrics, the progress callback and the provenance record (secrets redacted)."""
+"""The progress callback and the provenance record (secrets redacted)."""
 
 from __future__ import annotations
 
@@ -9,20 +9,9 @@ import pytest
 import yaml
 
 from gymflow.reverify import options_from_config, run_reverify
-from tests.reverify.cases import AGENT, Case, case_fixture  # noqa: F401
+from tests.reverify.cases import Case, case_fixture  # noqa: F401
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def test_server_metrics(case: Case) -> None:
-    outcome = case.run("--server-metrics")
-    assert outcome.code == 0, outcome
-    [entry] = case.metrics()
-    assert entry["agent_ref"] == {"name": AGENT}
-    assert entry["agent_metrics"] == {"mean/reward": 0.7777777777777778, "num_rows": 9}
-    [posted] = case.server.log("/aggregate_metrics")
-    rows = posted["body"]["verify_responses"]
-    assert len(rows) == 9 and all("responses_create_params" not in r and "response" not in r for r in rows)
 
 
 def test_progress_callback_and_secret_redaction(case: Case) -> None:

@@ -53,9 +53,7 @@ def test_item_17_force_prefixes_unsafe(case: Case) -> None:
     assert outcome.code == 0, outcome
     assert outcome.lines.count(_warning("['mcqa']")) == 2
     assert outcome.lines[-1] == _warning("['mcqa']")
-    assert outcome.lines.index(_warning("['mcqa']")) < outcome.lines.index(
-        "Verifying with 32 concurrent requests"
-    )
+    assert outcome.lines.index(_warning("['mcqa']")) < outcome.lines.index("Computing aggregate metrics")
     for name in ("unsafe_out.jsonl", "unsafe_out_failures.jsonl", "unsafe_out_aggregate_metrics.json"):
         assert case.path(name).is_file()
     assert not case.output.exists()

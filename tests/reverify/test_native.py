@@ -140,6 +140,16 @@ def test_item_11_output_key_order(case: Case) -> None:
     assert names[:3] == ["responses_create_params", "response", "reward"]
 
 
+def test_an_echoed_stamp_keeps_its_place(case: Case) -> None:
+    """0.7.0 assigns the stamps into the answer: a field the server echoes (hotpotqa_qa echoes
+    ``agent_ref``) stays where the server put it (observed side by side)."""
+    case.server.set(None, extra={"agent_ref": {"name": "echoed"}, "question": "q"})
+    assert case.run().code == 0
+    names = list(case.out_rows()[0])
+    assert names[-5:] == ["agent_ref", "question", "_ng_task_index", "_ng_rollout_index", "_ng_reverify_key"]
+    assert case.out_rows()[0]["agent_ref"] == {"name": "mcqa_simple_agent"}  # the value is the body's
+
+
 def test_item_12_resources_only_routing(
     case: Case, start_resources_server: Callable[..., ServerProcess]
 ) -> None:

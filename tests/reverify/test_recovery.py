@@ -128,6 +128,27 @@ def test_recovery_resume_combines(case: Case) -> None:
     assert len(case.out_rows()) == 10
 
 
+def test_recovery_resume_prints_as_07(case: Case) -> None:
+    """0.7.0 (observed) seeds first, then reads the cache: the seeded rows count as done and no
+    `Skipping resume_from_cache` line is printed (the output exists by then)."""
+    _recovery_inputs(case)
+    outcome = case.run("--judge-failed-only", "--resume", write=False)
+    assert outcome.code == 0, outcome
+    seeded = f"Recovery mode: seeded 9 successful rollout(s) into {case.output}"
+    at = outcome.lines.index(seeded)
+    assert outcome.lines.index(TWO_SOURCES) < at
+    assert outcome.lines[at + 1 : at + 7] == [
+        "Resumed from cache. Found:",
+        "- 1 total rows to be re-verified",
+        "- 9 rows already done (in main jsonl)",
+        "- 0 sidecar-terminal (for example skipped) → not retried",
+        "- 0 hit max_attempts → not retried",
+        "- 1 rows that still need to be run",
+    ]
+    assert not any(line.startswith("Skipping resume_from_cache") for line in outcome.lines)
+    assert [tuple(e["key"]) for e in case.server.log("/verify")] == [(4, 1)]
+
+
 def test_invalid_judge_rows_migrated_then_recovered(case: Case) -> None:
     """§2.9 step 5: with retry_invalid_judge_responses, --rollouts rows holding an invalid judge
     response move into its sidecar (idempotently) and are re-verified."""

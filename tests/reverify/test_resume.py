@@ -74,8 +74,47 @@ def test_item_28_limit_before_resume_filter(case: Case) -> None:
     write_jsonl(case.output, rows[:7])
     outcome = case.run("--resume", "--limit", "4", write=False)
     assert outcome.code == 0
-    assert _block_of(outcome.lines) == _block(4, 4, 0, 0, 0)
+    # as 0.7.0: "already done" counts the keys in the main jsonl, also those beyond --limit
+    assert _block_of(outcome.lines) == _block(4, 7, 0, 0, 0)
     assert "WARNING: Nothing to be re-verified." in outcome.lines and case.server.log("/verify") == []
+
+
+def test_limit_with_done_rows_beyond_it_counts_as_07(case: Case) -> None:
+    """0.7.0 (observed): 7 done but not the first two, --limit 4 -> `4 total`, `7 already done`,
+    `2 still need to be run`; the two are verified."""
+    rows = _full(case)
+    write_jsonl(case.output, rows[2:])
+    outcome = case.run("--resume", "--limit", "4", write=False)
+    assert outcome.code == 0, outcome
+    assert _block_of(outcome.lines) == _block(4, 7, 0, 0, 2)
+    assert _verified(case) == sorted(key(r) for r in rows[:2])
+
+
+def test_max_attempts_one_counts_as_07(case: Case, monkeypatch: pytest.MonkeyPatch) -> None:
+    """0.7.0 (observed) with NEMO_GYM_MAX_ROLLOUT_ATTEMPTS=1: the terminal key has hit the cap too
+    (`1 sidecar-terminal`, `2 hit max_attempts`); the same 4 rows are run."""
+    rows = _full(case)
+    write_jsonl(case.output, rows[:3])
+    skipped = {**rows[3], "_ng_failure_class": "skipped"}
+    attempts = [{**rows[4], "_ng_failure_class": "judge_failed"}] * 3
+    write_jsonl(case.path("out_failures.jsonl"), [skipped, *attempts])
+    monkeypatch.setenv("NEMO_GYM_MAX_ROLLOUT_ATTEMPTS", "1")
+    outcome = case.run("--resume", write=False)
+    assert outcome.code == 0, outcome
+    assert _block_of(outcome.lines) == _block(9, 3, 1, 2, 4)
+    assert _verified(case) == sorted(key(r) for r in rows[5:])
+
+
+def test_concurrency_line_only_for_a_given_bound(case: Case) -> None:
+    """0.7.0 prints `Verifying with N concurrent requests` only for --concurrency, also when
+    nothing is left to verify."""
+    outcome = case.run()
+    assert outcome.code == 0
+    assert not any(line.startswith("Verifying with") for line in outcome.lines)
+    outcome = case.run("--resume", "--concurrency", "3", write=False)
+    assert outcome.code == 0
+    at = outcome.lines.index("WARNING: Nothing to be re-verified.")
+    assert outcome.lines[at + 1] == "Verifying with 3 concurrent requests"
 
 
 def test_item_29_max_attempts_env(case: Case, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -166,15 +166,24 @@ def test_log_stats_peak_and_reset(resources_server: ServerProcess) -> None:
 def test_aggregate_metrics(resources_server: ServerProcess) -> None:
     rows = [{"_ng_task_index": 0, "_ng_rollout_index": i, "reward": r} for i, r in enumerate([1.0, 0.0])]
     url = f"{resources_server.url}/aggregate_metrics"
-    answer = httpx.post(url, json={"verify_responses": rows}, trust_env=False).json()
+    response = httpx.post(url, json={"verify_responses": rows}, trust_env=False)
+    answer = response.json()
     assert answer["agent_metrics"]["mean/reward"] == 0.5
-    assert set(answer) == {
+    assert list(answer) == [
         "group_level_metrics",
         "agent_metrics",
         "key_metrics",
         "perf_summary",
         "repeat_level_metrics",
-    }
+        "server",
+    ]
+    # whole statistics are floats on the wire, counts are ints, keys not sorted
+    assert b'"max/reward":1.0' in response.content and b'"num_repeats":2' in response.content
+    assert list(answer["key_metrics"]) == ["pass@1/accuracy", "mean/reward"]
+    resources_server.set_aggregate(404, {"detail": "Not Found"})
+    missing = httpx.post(url, json={"verify_responses": rows}, trust_env=False)
+    assert missing.status_code == 404 and missing.json() == {"detail": "Not Found"}
+    resources_server.set_aggregate(None)
     duplicate = httpx.post(url, json={"verify_responses": rows + rows[:1]}, trust_env=False)
     assert duplicate.status_code == 500 and "Duplicate" in duplicate.text
 

@@ -119,8 +119,8 @@ def test_stamp_and_classify() -> None:
         "uuid": "u",
     }
     row = stamp({"reward": 1.0, "_ng_task_index": 9, "invalid_judge_response": True}, body, "k", True)
-    assert list(row) == [
-        "reward", "invalid_judge_response", "_ng_failure_class", "_ng_task_index", "_ng_rollout_index",
+    assert list(row) == [  # as 0.7.0 assigns them: the answer's _ng_task_index keeps its place
+        "reward", "_ng_task_index", "invalid_judge_response", "_ng_failure_class", "_ng_rollout_index",
         "agent_ref", "_ng_atif_provenance", "_ng_reverify_key",
     ]  # fmt: skip
     assert row["_ng_failure_class"] == "judge_invalid" and row["_ng_task_index"] == 1 and "uuid" not in row
