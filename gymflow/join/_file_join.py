@@ -8,7 +8,9 @@ file (:func:`join_range`), then :func:`concatenate_parts` and :func:`finish`.
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import mmap
 import os
 import uuid
 from collections.abc import Iterable, Iterator
@@ -24,6 +26,7 @@ from gymflow.join._settings import COMMAND, JoinSettings
 from gymflow.join._stats import JoinStats
 from gymflow.jsonline import LineError, dumps_exact, has_long_digits, loads_exact
 from gymflow.run_context import RunContext
+from gymflow.storage_faults import guard
 
 __all__ = [
     "cache_key",
@@ -168,10 +171,31 @@ def join_range(settings: JoinSettings, start: int, end: int, part_url: str) -> J
     stats = JoinStats()
     store = _store(settings)
     lines = storage.iter_lines(settings.rollouts, start, end)
-    storage.write_atomic_lines(
-        part_url, join_lines(lines, store, stats, perf=settings.perf, source=settings.rollouts)
-    )
+    joined = join_lines(lines, store, stats, perf=settings.perf, source=settings.rollouts)
+    if settings.output != part_url and storage.is_local(part_url):
+        _write_local_part(part_url, joined)
+    else:
+        storage.write_atomic_lines(part_url, joined)
     return stats
+
+
+def _write_local_part(url: str, chunks: Iterable[bytes]) -> None:
+    """Write a local part file through a temporary file renamed into place, neither hashed nor
+    fsync-ed: :func:`concatenate_parts` hashes what it copies, and the output it writes is the
+    durable file (a crash leaves the old output and a parts folder, never a half part)."""
+    path = url.removeprefix("file://")
+    directory = os.path.dirname(os.path.abspath(path))
+    temp = os.path.join(directory, f".{os.path.basename(path)}.{uuid.uuid4().hex[:12]}.tmp")
+    with guard(url, "write", writing=True):
+        storage.make_dirs(directory)
+        try:
+            with open(temp, "xb", buffering=2**20) as f:
+                f.writelines(chunks)
+            os.replace(temp, path)
+        except BaseException:
+            if os.path.exists(temp):
+                os.unlink(temp)
+            raise
 
 
 def part_urls(settings: JoinSettings, count: int) -> list[str]:
@@ -203,15 +227,35 @@ def remove_parts(urls: Iterable[str]) -> None:
 def concatenate_parts(settings: JoinSettings, parts: list[str]) -> provenance.FileDigest:
     """Write the parts, in order, to the output atomically; remove them; return the output digest."""
 
-    def chunks() -> Iterator[bytes]:
-        for part in parts:
-            with storage.open_read(part) as f:
-                while chunk := f.read(storage.CHUNK_SIZE):
-                    yield chunk
+    if storage.is_local(settings.output) and all(storage.is_local(part) for part in parts):
+        sha, size = storage.write_atomic_local(settings.output, lambda fd: _copy_parts(parts, fd))
+    else:
 
-    sha, size = storage.write_atomic_lines(settings.output, chunks())
+        def chunks() -> Iterator[bytes]:
+            for part in parts:
+                with storage.open_read(part) as f:
+                    while chunk := f.read(storage.CHUNK_SIZE):
+                        yield chunk
+
+        sha, size = storage.write_atomic_lines(settings.output, chunks())
     remove_parts(parts)
     return provenance.FileDigest(storage.to_uri(settings.output), sha, size)
+
+
+def _copy_parts(parts: list[str], target: int) -> tuple[str, int]:
+    """Append the local ``parts`` to the file ``target`` (copied by the kernel) and return the
+    SHA-256 and size of what was appended (hashed from the parts' pages, not through a buffer)."""
+    digest = hashlib.sha256()
+    total = 0
+    for part in parts:
+        with guard(part, "read"), open(part.removeprefix("file://"), "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size:
+                with mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) as view:
+                    digest.update(view)
+                storage.copy_range(f.fileno(), target, 0, size)
+            total += size
+    return digest.hexdigest(), total
 
 
 def capture_listing(settings: JoinSettings) -> list[tuple[str, str]]:
