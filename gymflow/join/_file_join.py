@@ -13,7 +13,7 @@ import logging
 import mmap
 import os
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Final
 
 import orjson
@@ -24,7 +24,7 @@ from gymflow.join._capture_store import JSONL_SUFFIX, MARKER_SUFFIX, CaptureStor
 from gymflow.join._row import join_row_outcome
 from gymflow.join._settings import COMMAND, JoinSettings
 from gymflow.join._stats import JoinStats
-from gymflow.jsonline import LineError, dumps_exact, has_long_digits, loads_exact
+from gymflow.jsonline import LineError, dumps_exact, loads_exact, needs_exact_reading
 from gymflow.run_context import RunContext
 from gymflow.storage_faults import guard
 
@@ -43,25 +43,25 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 
-def _parse_row(line: bytes, where: str) -> tuple[dict[str, Any], bool]:
+def _parse_row(line: bytes, where: Callable[[], str]) -> tuple[dict[str, Any], bool]:
     """The row object of a line, read exactly, and whether it needs the json module to be written
-    back (integers beyond 64 bits). ``where`` is ``<file>:<line>``."""
+    back (integers beyond 64 bits). ``where()`` is ``<file>:<line>`` (asked only for an error)."""
     try:
         value, exact = loads_exact(line)
     except LineError as exc:
         raise InputError.at(
-            where, None, exc.field, f"not a JSON object ({exc.message}); nothing was written"
+            where(), None, exc.field, f"not a JSON object ({exc.message}); nothing was written"
         ) from None
     if not isinstance(value, dict):
-        raise InputError(f"{where}: not a JSON object ({type(value).__name__}); nothing was written")
+        raise InputError(f"{where()}: not a JSON object ({type(value).__name__}); nothing was written")
     return value, exact
 
 
-def _dump(row: dict[str, Any], where: str) -> bytes:
+def _dump(row: dict[str, Any], where: Callable[[], str]) -> bytes:
     try:
         return dumps_exact(row) + b"\n"
     except LineError as exc:
-        raise InputError.at(where, None, exc.field, f"{exc.message}; nothing was written") from None
+        raise InputError.at(where(), None, exc.field, f"{exc.message}; nothing was written") from None
 
 
 class _Lines:
@@ -109,10 +109,10 @@ def join_lines(
             text = line.strip(_JSON_SPACE)
             if not text:
                 continue
-            row, exact = _parse_row(text, numbers.where())
+            row, exact = _parse_row(text, numbers.where)
         else:
-            if type(row) is not dict or has_long_digits(line):
-                row, exact = _parse_row(line.strip(_JSON_SPACE), numbers.where())
+            if type(row) is not dict or needs_exact_reading(line):
+                row, exact = _parse_row(line.strip(_JSON_SPACE), numbers.where)
         outcome = join_row_outcome(row, store, perf=perf)
         if outcome.error is not None:
             stats.add(outcome, numbers.where())
@@ -125,7 +125,7 @@ def join_lines(
                 continue
             except TypeError:
                 pass
-        yield _dump(outcome.row, numbers.where())
+        yield _dump(outcome.row, numbers.where)
     if store is not None:
         stats.files_read.extend(store.files_read)
         store.files_read.clear()
