@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import mmap
 import os
 import uuid
 from collections.abc import Callable, Iterable, Iterator
@@ -244,16 +243,18 @@ def concatenate_parts(settings: JoinSettings, parts: list[str]) -> provenance.Fi
 
 def _copy_parts(parts: list[str], target: int) -> tuple[str, int]:
     """Append the local ``parts`` to the file ``target`` (copied by the kernel) and return the
-    SHA-256 and size of what was appended (hashed from the parts' pages, not through a buffer)."""
+    SHA-256 and size of what was appended (hashed through one reused buffer)."""
     digest = hashlib.sha256()
+    buffer = bytearray(storage.LOCAL_CHUNK_SIZE)
+    view = memoryview(buffer)
     total = 0
     for part in parts:
-        with guard(part, "read"), open(part.removeprefix("file://"), "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            if size:
-                with mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) as view:
-                    digest.update(view)
-                storage.copy_range(f.fileno(), target, 0, size)
+        with guard(part, "read"), open(part.removeprefix("file://"), "rb", buffering=0) as f:
+            size = 0
+            while count := f.readinto(buffer):
+                digest.update(view[:count])
+                size += count
+            storage.copy_range(f.fileno(), target, 0, size)
             total += size
     return digest.hexdigest(), total
 
