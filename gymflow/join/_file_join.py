@@ -34,6 +34,7 @@ __all__ = [
     "join_lines",
     "join_range",
     "missing_capture_warning",
+    "PartAppender",
     "part_urls",
     "plan_ranges",
     "remove_parts",
@@ -242,21 +243,41 @@ def concatenate_parts(settings: JoinSettings, parts: list[str]) -> provenance.Fi
 
 
 def _copy_parts(parts: list[str], target: int) -> tuple[str, int]:
-    """Append the local ``parts`` to the file ``target`` (copied by the kernel) and return the
-    SHA-256 and size of what was appended (hashed through one reused buffer)."""
-    digest = hashlib.sha256()
-    buffer = bytearray(storage.LOCAL_CHUNK_SIZE)
-    view = memoryview(buffer)
-    total = 0
+    """Append the local ``parts`` to the file ``target``; the SHA-256 and size of what was appended."""
+    appender = PartAppender(target)
     for part in parts:
-        with guard(part, "read"), open(part.removeprefix("file://"), "rb", buffering=0) as f:
+        appender.append(part, remove=False)
+    return appender.result()
+
+
+class PartAppender:
+    """Appends local part files, in order, to the open file ``target`` (copied by the kernel),
+    hashing what it appends through one reused buffer: the output's digest without reading the
+    output back. Parts can be appended as they are finished, while later ones are still joined."""
+
+    def __init__(self, target: int) -> None:
+        self.target = target
+        self.digest = hashlib.sha256()
+        self.size = 0
+        self._buffer = bytearray(storage.LOCAL_CHUNK_SIZE)
+
+    def append(self, part: str, *, remove: bool = True) -> None:
+        """Append the part file ``part`` (then delete it, with ``remove``)."""
+        view = memoryview(self._buffer)
+        path = part.removeprefix("file://")
+        with guard(part, "read"), open(path, "rb", buffering=0) as f:
             size = 0
-            while count := f.readinto(buffer):
-                digest.update(view[:count])
+            while count := f.readinto(self._buffer):
+                self.digest.update(view[:count])
                 size += count
-            storage.copy_range(f.fileno(), target, 0, size)
-            total += size
-    return digest.hexdigest(), total
+            storage.copy_range(f.fileno(), self.target, 0, size)
+        self.size += size
+        if remove:
+            os.unlink(path)
+
+    def result(self) -> tuple[str, int]:
+        """SHA-256 and size of everything appended."""
+        return self.digest.hexdigest(), self.size
 
 
 def capture_listing(settings: JoinSettings) -> list[tuple[str, str]]:
