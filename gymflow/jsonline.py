@@ -38,6 +38,7 @@ __all__ = [
     "has_long_digits",
     "loads_exact",
     "loads_shallow",
+    "needs_exact_reading",
 ]
 
 BOM = b"\xef\xbb\xbf"
@@ -57,6 +58,35 @@ def has_long_digits(data: bytes) -> bool:
     long lines (one C pass mapping digits to ``0``, then two finds)."""
     mask = data.translate(_DIGIT_MASK)
     return _DIGIT_RUN in mask or _NEGATIVE_RUN in mask
+
+
+_RUN_START = b"0" * 19
+_UINT64_MAX = b"18446744073709551615"
+_INT64_MIN = b"9223372036854775808"  # its digits, after the "-"
+
+
+def needs_exact_reading(data: bytes) -> bool:
+    """Whether orjson may read an integer of ``data`` as a float: :func:`has_long_digits`, narrowed
+    to digit runs beyond what orjson reads exactly (``-`` then more than 19 digits or 19 beyond
+    ``9223372036854775808``; more than 20 digits or 20 beyond ``18446744073709551615``). Digit
+    runs inside strings or floats count too (such lines just take the exact reading)."""
+    mask = data.translate(_DIGIT_MASK)
+    if _DIGIT_RUN not in mask and _NEGATIVE_RUN not in mask:
+        return False
+    size = len(mask)
+    start = mask.find(_RUN_START)
+    while start >= 0:
+        end = start + 19
+        while end < size and mask[end] == 0x30:
+            end += 1
+        digits = data[start:end]
+        if start and mask[start - 1] == 0x2D:
+            if len(digits) > 19 or digits > _INT64_MIN:
+                return True
+        elif len(digits) > 20 or (len(digits) == 20 and digits > _UINT64_MAX):
+            return True
+        start = mask.find(_RUN_START, end)
+    return False
 
 
 Raw = msgspec.Raw
@@ -212,7 +242,7 @@ def loads_exact(data: bytes) -> tuple[Any, bool]:
         value = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
         raise _explain(data, exc) from None
-    if not has_long_digits(data):
+    if not needs_exact_reading(data):
         return value, False
     try:
         return json.loads(data), True

@@ -67,28 +67,20 @@ class CaptureSource(Protocol):
     def read(self, rollout_id: str, *, payloads: bool = True) -> CaptureRead: ...
 
 
-def _lines(text: str) -> list[str]:
-    # Python's text mode (universal newlines): \r\n and \r end lines too.
-    if "\r" in text:
-        text = text.replace("\r\n", "\n").replace("\r", "\n")
-    return text.split("\n")
-
-
 # str.strip() removes these ASCII characters too (bytes.strip() only the first six).
 _ASCII_SPACE: Final = b" \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f"
 
 
 def parse_capture(data: bytes, *, payloads: bool = True) -> tuple[list[Obj], int]:
     """``(records, invalid line count)`` of one capture file's bytes; raises on bytes not UTF-8."""
-    lines: list[Any]
-    if data.isascii():  # what 0.7.0's writer produces (json.dumps escapes non-ASCII): no decoding
-        if b"\r" in data:
-            data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-        lines = data.split(b"\n")
-        space: Any = _ASCII_SPACE
-    else:
-        lines = _lines(data.decode("utf-8"))
-        space = None
+    # Lines are split as bytes either way: in UTF-8, the bytes \r and \n are only ever those
+    # characters, so the lines are those of the decoded text (0.7.0's writer escapes non-ASCII).
+    ascii = data.isascii()
+    if not ascii:
+        data.decode("utf-8")  # raises on bytes that are not UTF-8
+    if b"\r" in data:
+        data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+    lines = data.split(b"\n")
     records: list[Obj] = []
     invalid = 0
     position = 0
@@ -100,7 +92,7 @@ def parse_capture(data: bytes, *, payloads: bool = True) -> tuple[list[Obj], int
         except orjson.JSONDecodeError:
             # Blank lines (by str.strip, which knows more whitespace) take no position; other
             # lines go through the json module, as 0.7.0 reads them (NaN, huge integers).
-            stripped = line.strip(space)
+            stripped: bytes | str = line.strip(_ASCII_SPACE) if ascii else line.decode("utf-8").strip()
             if not stripped:
                 continue
             try:

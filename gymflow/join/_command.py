@@ -19,6 +19,7 @@ from gymflow import lineage, provenance, storage
 from gymflow.errors import InputError
 from gymflow.executor import Executor, LocalExecutor, Step
 from gymflow.join._file_join import (
+    PartAppender,
     concatenate_parts,
     current_key,
     finish,
@@ -99,6 +100,30 @@ def run_join(
                 return _run(settings, ctx, local, use_cache, ranges, started_at, progress)
 
 
+def _join_streaming(
+    settings: JoinSettings,
+    located: JoinSettings,
+    executor: Executor,
+    jobs: list[RangeJob],
+    done: Callable[[RangeJob, JoinStats], None],
+    sources: list[str],
+) -> provenance.FileDigest:
+    """Join the ranges into part files and append each, in order, to the output as it arrives."""
+
+    def write(target: int) -> tuple[str, int]:
+        appender = PartAppender(target)
+
+        def arrived(job: RangeJob, part: JoinStats) -> None:
+            done(job, part)
+            appender.append(job.part)
+
+        executor.map(JOIN_RANGE.writing([settings.output], sources), jobs, done=arrived)
+        return appender.result()
+
+    sha, size = storage.write_atomic_local(located.output, write)
+    return provenance.FileDigest(storage.to_uri(located.output), sha, size)
+
+
 def _run(
     settings: JoinSettings,
     ctx: RunContext,
@@ -133,14 +158,23 @@ def _run(
             progress(job.end - job.start)
 
     sources = [settings.rollouts, *([settings.capture_dir] if settings.capture_dir else [])]
+    # Here, with every file local, each part is appended to the output as soon as it and those
+    # before it are done, so the copy and the output's hash overlap the join of later ranges.
+    stream = (
+        not single
+        and executor.same_machine
+        and not executor.persistent
+        and all(storage.is_local(url) for url in [located.output, *parts])
+    )
     try:
-        # One range is joined straight into the output: that step writes it.
-        executor.map(
-            JOIN_RANGE.writing([settings.output], sources) if single else JOIN_RANGE, jobs, done=done
-        )
-        if single:
+        if stream:
+            output = _join_streaming(settings, located, executor, jobs, done, sources)
+        elif single:
+            # One range is joined straight into the output: that step writes it.
+            executor.map(JOIN_RANGE.writing([settings.output], sources), jobs, done=done)
             output = provenance.digest(located.output)
         else:
+            executor.map(JOIN_RANGE, jobs, done=done)
             concatenate = CONCATENATE.writing([settings.output], sources)
             output = executor.call(concatenate, (located, parts))
     finally:

@@ -8,10 +8,11 @@ file (:func:`join_range`), then :func:`concatenate_parts` and :func:`finish`.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Final
 
 import orjson
@@ -22,8 +23,9 @@ from gymflow.join._capture_store import JSONL_SUFFIX, MARKER_SUFFIX, CaptureStor
 from gymflow.join._row import join_row_outcome
 from gymflow.join._settings import COMMAND, JoinSettings
 from gymflow.join._stats import JoinStats
-from gymflow.jsonline import LineError, dumps_exact, has_long_digits, loads_exact
+from gymflow.jsonline import LineError, dumps_exact, loads_exact, needs_exact_reading
 from gymflow.run_context import RunContext
+from gymflow.storage_faults import guard
 
 __all__ = [
     "cache_key",
@@ -32,6 +34,7 @@ __all__ = [
     "join_lines",
     "join_range",
     "missing_capture_warning",
+    "PartAppender",
     "part_urls",
     "plan_ranges",
     "remove_parts",
@@ -40,25 +43,25 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 
-def _parse_row(line: bytes, where: str) -> tuple[dict[str, Any], bool]:
+def _parse_row(line: bytes, where: Callable[[], str]) -> tuple[dict[str, Any], bool]:
     """The row object of a line, read exactly, and whether it needs the json module to be written
-    back (integers beyond 64 bits). ``where`` is ``<file>:<line>``."""
+    back (integers beyond 64 bits). ``where()`` is ``<file>:<line>`` (asked only for an error)."""
     try:
         value, exact = loads_exact(line)
     except LineError as exc:
         raise InputError.at(
-            where, None, exc.field, f"not a JSON object ({exc.message}); nothing was written"
+            where(), None, exc.field, f"not a JSON object ({exc.message}); nothing was written"
         ) from None
     if not isinstance(value, dict):
-        raise InputError(f"{where}: not a JSON object ({type(value).__name__}); nothing was written")
+        raise InputError(f"{where()}: not a JSON object ({type(value).__name__}); nothing was written")
     return value, exact
 
 
-def _dump(row: dict[str, Any], where: str) -> bytes:
+def _dump(row: dict[str, Any], where: Callable[[], str]) -> bytes:
     try:
         return dumps_exact(row) + b"\n"
     except LineError as exc:
-        raise InputError.at(where, None, exc.field, f"{exc.message}; nothing was written") from None
+        raise InputError.at(where(), None, exc.field, f"{exc.message}; nothing was written") from None
 
 
 class _Lines:
@@ -106,10 +109,10 @@ def join_lines(
             text = line.strip(_JSON_SPACE)
             if not text:
                 continue
-            row, exact = _parse_row(text, numbers.where())
+            row, exact = _parse_row(text, numbers.where)
         else:
-            if type(row) is not dict or has_long_digits(line):
-                row, exact = _parse_row(line.strip(_JSON_SPACE), numbers.where())
+            if type(row) is not dict or needs_exact_reading(line):
+                row, exact = _parse_row(line.strip(_JSON_SPACE), numbers.where)
         outcome = join_row_outcome(row, store, perf=perf)
         if outcome.error is not None:
             stats.add(outcome, numbers.where())
@@ -122,7 +125,7 @@ def join_lines(
                 continue
             except TypeError:
                 pass
-        yield _dump(outcome.row, numbers.where())
+        yield _dump(outcome.row, numbers.where)
     if store is not None:
         stats.files_read.extend(store.files_read)
         store.files_read.clear()
@@ -168,10 +171,31 @@ def join_range(settings: JoinSettings, start: int, end: int, part_url: str) -> J
     stats = JoinStats()
     store = _store(settings)
     lines = storage.iter_lines(settings.rollouts, start, end)
-    storage.write_atomic_lines(
-        part_url, join_lines(lines, store, stats, perf=settings.perf, source=settings.rollouts)
-    )
+    joined = join_lines(lines, store, stats, perf=settings.perf, source=settings.rollouts)
+    if settings.output != part_url and storage.is_local(part_url):
+        _write_local_part(part_url, joined)
+    else:
+        storage.write_atomic_lines(part_url, joined)
     return stats
+
+
+def _write_local_part(url: str, chunks: Iterable[bytes]) -> None:
+    """Write a local part file through a temporary file renamed into place, neither hashed nor
+    fsync-ed: :func:`concatenate_parts` hashes what it copies, and the output it writes is the
+    durable file (a crash leaves the old output and a parts folder, never a half part)."""
+    path = url.removeprefix("file://")
+    directory = os.path.dirname(os.path.abspath(path))
+    temp = os.path.join(directory, f".{os.path.basename(path)}.{uuid.uuid4().hex[:12]}.tmp")
+    with guard(url, "write", writing=True):
+        storage.make_dirs(directory)
+        try:
+            with open(temp, "xb", buffering=2**20) as f:
+                f.writelines(chunks)
+            os.replace(temp, path)
+        except BaseException:
+            if os.path.exists(temp):
+                os.unlink(temp)
+            raise
 
 
 def part_urls(settings: JoinSettings, count: int) -> list[str]:
@@ -203,15 +227,57 @@ def remove_parts(urls: Iterable[str]) -> None:
 def concatenate_parts(settings: JoinSettings, parts: list[str]) -> provenance.FileDigest:
     """Write the parts, in order, to the output atomically; remove them; return the output digest."""
 
-    def chunks() -> Iterator[bytes]:
-        for part in parts:
-            with storage.open_read(part) as f:
-                while chunk := f.read(storage.CHUNK_SIZE):
-                    yield chunk
+    if storage.is_local(settings.output) and all(storage.is_local(part) for part in parts):
+        sha, size = storage.write_atomic_local(settings.output, lambda fd: _copy_parts(parts, fd))
+    else:
 
-    sha, size = storage.write_atomic_lines(settings.output, chunks())
+        def chunks() -> Iterator[bytes]:
+            for part in parts:
+                with storage.open_read(part) as f:
+                    while chunk := f.read(storage.CHUNK_SIZE):
+                        yield chunk
+
+        sha, size = storage.write_atomic_lines(settings.output, chunks())
     remove_parts(parts)
     return provenance.FileDigest(storage.to_uri(settings.output), sha, size)
+
+
+def _copy_parts(parts: list[str], target: int) -> tuple[str, int]:
+    """Append the local ``parts`` to the file ``target``; the SHA-256 and size of what was appended."""
+    appender = PartAppender(target)
+    for part in parts:
+        appender.append(part, remove=False)
+    return appender.result()
+
+
+class PartAppender:
+    """Appends local part files, in order, to the open file ``target`` (copied by the kernel),
+    hashing what it appends through one reused buffer: the output's digest without reading the
+    output back. Parts can be appended as they are finished, while later ones are still joined."""
+
+    def __init__(self, target: int) -> None:
+        self.target = target
+        self.digest = hashlib.sha256()
+        self.size = 0
+        self._buffer = bytearray(storage.LOCAL_CHUNK_SIZE)
+
+    def append(self, part: str, *, remove: bool = True) -> None:
+        """Append the part file ``part`` (then delete it, with ``remove``)."""
+        view = memoryview(self._buffer)
+        path = part.removeprefix("file://")
+        with guard(part, "read"), open(path, "rb", buffering=0) as f:
+            size = 0
+            while count := f.readinto(self._buffer):
+                self.digest.update(view[:count])
+                size += count
+            storage.copy_range(f.fileno(), self.target, 0, size)
+        self.size += size
+        if remove:
+            os.unlink(path)
+
+    def result(self) -> tuple[str, int]:
+        """SHA-256 and size of everything appended."""
+        return self.digest.hexdigest(), self.size
 
 
 def capture_listing(settings: JoinSettings) -> list[tuple[str, str]]:

@@ -265,3 +265,21 @@ def test_lines_are_stripped_and_parsed_as_python_does() -> None:
     capture = join(row(1, 0), store(**{"1-0": data}))["ng_model_call_capture"]
     assert [(c["model_call_id"], c["call_index"]) for c in capture["calls"]] == [("c1", 0), ("c2", 1)]
     assert "gaps" not in capture
+
+
+def test_non_ascii_capture_lines_are_those_of_the_decoded_text() -> None:
+    """A UTF-8 file splits into the lines of its text in text mode: \\r\\n and \\r end lines,
+    U+2028 and NEL (raw, inside a string) do not; a line of Unicode spaces only is blank (no
+    position), a BOM line is invalid but takes one."""
+    text = (
+        jsonl(L("é1", extra_text="a\u2028b\u0085c")).decode().replace("\n", "\r\n")
+        + "\u3000\u00a0\n"
+        + "\ufeff" + jsonl(L("bom")).decode()
+        + jsonl(L("ü2")).decode().replace("\n", "\r")
+        + "\u2003" + jsonl(L("3")).decode()
+    )  # fmt: skip
+    capture = join(row(1, 0), store(**{"1-0": text.encode()}))["ng_model_call_capture"]
+    assert [(c["model_call_id"], c["call_index"]) for c in capture["calls"]] == [
+        ("é1", 0), ("ü2", 2), ("3", 3),
+    ]  # fmt: skip
+    assert capture["gaps"] == [{"code": "model_call_capture_records_unreadable", "detail": "count=1"}]
