@@ -11,8 +11,10 @@ import logging
 import os
 import socket
 from collections.abc import Iterator
+from concurrent.futures import Future
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from uuid import UUID
 
 from prefect import Flow, get_client
@@ -28,7 +30,7 @@ from prefect.settings import (
 )
 from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 
-from gymflow import lifeline, provenance
+from gymflow import lifeline, provenance, threads
 from gymflow.config import RunnerConfig
 from gymflow.errors import GymflowError
 from gymflow.flows import _environment, _server
@@ -36,7 +38,11 @@ from gymflow.flows._publish import orchestrator
 from gymflow.run_context import RunContext
 from gymflow.tasks.executor import PrefectExecutor, prefect_executor
 
+if TYPE_CHECKING:
+    from prefect.client.orchestration import SyncPrefectClient
+
 R = TypeVar("R")
+logger = logging.getLogger(__name__)
 
 
 def task_runner(config: RunnerConfig, workers: int) -> TaskRunner[Any]:
@@ -78,7 +84,11 @@ def flow_executor(ctx: RunContext, workers: int, what: str) -> Iterator[tuple[Pr
     """Inside a flow run: the Prefect executor of its steps and the run context recorded under
     this flow run (``what`` names the work if the process pool cannot run)."""
     recorded = ctx.under(orchestrator())
-    _claim_this_run()
+    keeper = _HOUSEKEEPING.get()
+    if keeper is not None:
+        keeper.claim(flow_run.get_id())  # on the housekeeping thread: the work does not wait
+    else:
+        _claim_this_run()
     with prefect_executor(recorded, workers, ctx.runner.kind == "dask", what) as executor:
         yield executor, recorded
 
@@ -90,20 +100,28 @@ def _owner(pid: int) -> str:
     return f"{_OWNER_PREFIX}{socket.gethostname()}:{pid}"
 
 
-def _claim_this_run() -> None:
-    """Record this process as the one running the current flow run (its ``infrastructure_pid``),
+def _claim(client: SyncPrefectClient, run_id: str) -> None:
+    """Record this process as the one running the flow run ``run_id`` (its ``infrastructure_pid``),
     so that a later command can tell a run whose process was killed from one still running."""
+    client.update_flow_run(UUID(run_id), infrastructure_pid=_owner(os.getpid()))
+
+
+def _claim_this_run() -> None:
+    """:func:`_claim` of the current flow run, now (a flow run outside :func:`run_flow`)."""
     run_id = flow_run.get_id()
     if run_id is None:
         return
     with get_client(sync_client=True) as client:
-        client.update_flow_run(UUID(run_id), infrastructure_pid=_owner(os.getpid()))
+        _claim(client, run_id)
 
 
-def crash_orphans() -> int:
+def crash_orphans(client: SyncPrefectClient | None = None) -> int:
     """Mark ``Crashed`` every flow run still ``Running`` whose gymflow process on this host is
     gone (``kill -9``, a lost machine's power leaves it to the next command there); the number
     marked. Runs of other hosts and of processes still alive are left alone."""
+    if client is None:
+        with get_client(sync_client=True) as own:
+            return crash_orphans(own)
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterState, FlowRunFilterStateType
     from prefect.client.schemas.objects import StateType
     from prefect.states import Crashed
@@ -111,15 +129,46 @@ def crash_orphans() -> int:
     mine = f"{_OWNER_PREFIX}{socket.gethostname()}:"
     running = FlowRunFilter(state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.RUNNING])))
     marked = 0
-    with get_client(sync_client=True) as client:
-        for run in client.read_flow_runs(flow_run_filter=running, limit=200):
-            owner = run.infrastructure_pid or ""
-            if not owner.startswith(mine) or lifeline.alive(int(owner.removeprefix(mine) or 0)):
-                continue
-            message = f"the gymflow process that ran it ({owner.removeprefix(_OWNER_PREFIX)}) is gone"
-            client.set_flow_run_state(run.id, Crashed(message=message), force=True)
-            marked += 1
+    for run in client.read_flow_runs(flow_run_filter=running, limit=200):
+        owner = run.infrastructure_pid or ""
+        if not owner.startswith(mine) or lifeline.alive(int(owner.removeprefix(mine) or 0)):
+            continue
+        message = f"the gymflow process that ran it ({owner.removeprefix(_OWNER_PREFIX)}) is gone"
+        client.set_flow_run_state(run.id, Crashed(message=message), force=True)
+        marked += 1
     return marked
+
+
+class _Housekeeping:
+    """What every command run by :func:`run_flow` does besides its work, on a thread of its own
+    with one client, so the work never waits for it: :func:`crash_orphans`, then :func:`_claim` of
+    the command's flow run as soon as the flow has one. :meth:`join` waits for both (before the
+    command ends); a failure is a warning, since the command's own work went through."""
+
+    def __init__(self) -> None:
+        self._run_id: Future[str | None] = Future()
+        self._thread = threads.start(self._work, name="gymflow-housekeeping")
+
+    def _work(self) -> None:
+        try:
+            with get_client(sync_client=True) as client:
+                crash_orphans(client)
+                run_id = self._run_id.result()
+                if run_id is not None:
+                    _claim(client, run_id)
+        except Exception as exc:  # noqa: BLE001 - reported, never fatal to the command
+            logger.warning("Prefect housekeeping failed (crashed runs, this run's process): %s", exc)
+
+    def claim(self, run_id: str | None) -> None:
+        if not self._run_id.done():
+            self._run_id.set_result(run_id)
+
+    def join(self, timeout: float | None = None) -> None:
+        self.claim(None)  # a flow that never reached its work has nothing to claim
+        self._thread.join(timeout)
+
+
+_HOUSEKEEPING: ContextVar[_Housekeeping | None] = ContextVar("gymflow_housekeeping", default=None)
 
 
 def run_flow(flow: Flow[..., R], ctx: RunContext, workers: int, **parameters: Any) -> tuple[R, str]:
@@ -136,8 +185,16 @@ def run_flow(flow: Flow[..., R], ctx: RunContext, workers: int, **parameters: An
         prefect_api(),
         temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}),
     ):
-        crash_orphans()
-        state: State[R] = configured(ctx=ctx, workers=workers, return_state=True, **parameters)  # type: ignore[assignment]
+        keeper = _Housekeeping()
+        token = _HOUSEKEEPING.set(keeper)
+        try:
+            state: State[R] = configured(ctx=ctx, workers=workers, return_state=True, **parameters)  # type: ignore[assignment]
+        except BaseException:
+            keeper.join(timeout=2.0)  # an interrupt does not wait for an API that may be gone
+            raise
+        finally:
+            _HOUSEKEEPING.reset(token)
+        keeper.join()
         url = f"{PREFECT_UI_URL.value()}/flow-runs/flow-run/{state.state_details.flow_run_id}"
         result: R = state.result()
         return result, url
