@@ -91,3 +91,36 @@ def test_progress_artifact_is_written_at_most_once_an_interval_and_when_complete
     seen, _ = run_flow(probe, RunContext(), 1)
     # Created at 25 %, not written again within the interval, written when complete.
     assert seen == [[25.0], [25.0], [25.0], [100.0]]
+
+
+def test_stored_parameters_are_prefects_encoding_redacted_without_fastapi() -> None:
+    """What the API stores of a run's parameters: what Prefect's encoder (FastAPI's) gives for
+    gymflow's dataclasses and settings, with secrets redacted; a callback by its type name."""
+    from fastapi.encoders import jsonable_encoder
+    from prefect import flow
+
+    from gymflow.flows._runtime import _jsonable, run_flow
+    from gymflow.health import HealthOptions
+    from gymflow.provenance import redact
+
+    ctx = RunContext(
+        storage_options={"s3": {"key": "AKIA-CANARY", "endpoint_url": "http://127.0.0.1:9"}},
+        config={"prefect": {"port": 4200}, "servers": [{"api_key": "sk-canary"}]},
+    )
+    options = HealthOptions(("a/rollouts.jsonl",), "a", 2, ("check",), True)
+    for value in (ctx, options, [options, (1, 2.5, None)]):
+        assert _jsonable(value) == jsonable_encoder(value)
+    assert _jsonable(print) == "<builtin_function_or_method>"
+
+    @flow(name="parameters-test", validate_parameters=False)
+    def probe(ctx: RunContext, workers: int, options: HealthOptions, echo: object) -> str:
+        from prefect.runtime import flow_run
+
+        return str(flow_run.get_id())
+
+    run_id, _ = run_flow(probe, ctx, 1, options=options, echo=print)
+    with local_client() as client:
+        stored = client.read_flow_run(UUID(run_id)).parameters
+    expected = {"ctx": jsonable_encoder(ctx), "workers": 1, "options": jsonable_encoder(options)}
+    assert stored == redact({**expected, "echo": "<builtin_function_or_method>"})
+    assert "AKIA-CANARY" not in str(stored) and "sk-canary" not in str(stored)
