@@ -21,16 +21,6 @@ _LOCAL_ENV = "PREFECT_RESULTS_LOCAL_STORAGE_PATH"
 
 _config = PrefectConfig()
 
-POOL_WORK = {
-    "health": "running rollout health checks",
-    "aggregate": "aggregating shards",
-    "join": "joining rollouts",
-    "post": "running eval post",
-}
-"""The flows (by module of ``gymflow.flows``) whose steps run in a process pool, and what the pool's
-fallback warning names. The CLI starts that pool before it imports Prefect, so its processes
-start meanwhile (:func:`gymflow.executor.started_pool`)."""
-
 
 def prepare(config: PrefectConfig, verbose: bool) -> None:
     """Quiet, offline-safe defaults; the user's own environment variables win."""

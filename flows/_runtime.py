@@ -34,7 +34,7 @@ from prefect.settings import (
 )
 from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 
-from gymflow import lifeline, parallel, provenance, threads
+from gymflow import lifeline, provenance, threads
 from gymflow.config import RunnerConfig
 from gymflow.errors import GymflowError
 from gymflow.flows import _environment, _server
@@ -49,13 +49,9 @@ R = TypeVar("R")
 logger = logging.getLogger(__name__)
 
 
-def task_runner(config: RunnerConfig, workers: int, pooled: bool = False) -> TaskRunner[Any]:
+def task_runner(config: RunnerConfig, workers: int) -> TaskRunner[Any]:
     """Threads here (whose CPU-bound steps hand their work to the executor's pool of core-only
-    processes, :mod:`gymflow.tasks.executor`), or a Dask cluster (``runner.kind: dask``).
-
-    ``pooled``: the flow's work runs in a pool of ``workers`` processes; one thread more keeps an
-    item queued for it, so a process that finishes one starts the next at once instead of
-    waiting for Prefect's bookkeeping of the task that ended and the task that begins."""
+    processes, :mod:`gymflow.flows._executor`), or a Dask cluster (``runner.kind: dask``)."""
     if config.kind == "dask":
         from prefect_dask import task_runners as dask  # the optional dask extra
 
@@ -65,7 +61,7 @@ def task_runner(config: RunnerConfig, workers: int, pooled: bool = False) -> Tas
             else dask.DaskTaskRunner(cluster_kwargs={"n_workers": workers})
         )
         return runner
-    return ThreadPoolTaskRunner(max_workers=workers + 1 if pooled else workers)
+    return ThreadPoolTaskRunner(max_workers=workers)
 
 
 @contextmanager
@@ -97,8 +93,7 @@ def flow_executor(ctx: RunContext, workers: int, what: str) -> Iterator[tuple[Pr
         keeper.claim(flow_run.get_id())  # on the housekeeping thread: the work does not wait
     else:
         _claim_this_run()
-    remote = ctx.runner.kind == "dask"
-    with prefect_executor(recorded, workers, remote, what, None if remote else _POOL.get()) as executor:
+    with prefect_executor(recorded, workers, ctx.runner.kind == "dask", what) as executor:
         yield executor, recorded
 
 
@@ -178,25 +173,15 @@ class _Housekeeping:
 
 
 _HOUSEKEEPING: ContextVar[_Housekeeping | None] = ContextVar("gymflow_housekeeping", default=None)
-_POOL: ContextVar[parallel.Workers | None] = ContextVar("gymflow_pool", default=None)
-"""The process pool :func:`run_flow` was given (started by its caller), for the flow's executor."""
 
 
-def run_flow(
-    flow: Flow[..., R],
-    ctx: RunContext,
-    workers: int,
-    *,
-    pool: parallel.Workers | None = None,
-    **parameters: Any,
-) -> tuple[R, str]:
+def run_flow(flow: Flow[..., R], ctx: RunContext, workers: int, **parameters: Any) -> tuple[R, str]:
     """Run ``flow(ctx=ctx, workers=workers, **parameters)`` on the task runner ``ctx.runner``
-    names, against :func:`prefect_api`; its result and the URL of its run in the UI. Its steps'
-    process pool is ``pool`` when given (:func:`gymflow.executor.started_pool`). The
+    names, against :func:`prefect_api`; its result and the URL of its run in the UI. The
     parameters Prefect stores are redacted by provenance's rule (:func:`redacted_parameters`).
     Every sync flow otherwise waits about a second at exit for its heartbeat thread; gymflow's
     flows are short, so it is off."""
-    configured = flow.with_options(task_runner=task_runner(ctx.runner, workers, pooled=pool is not None))
+    configured = flow.with_options(task_runner=task_runner(ctx.runner, workers))
     _redact_parameters(configured)
     _quiet_user_errors()
     with (
@@ -206,14 +191,12 @@ def run_flow(
     ):
         keeper = _Housekeeping()
         token = _HOUSEKEEPING.set(keeper)
-        given = _POOL.set(pool)
         try:
             state: State[R] = configured(ctx=ctx, workers=workers, return_state=True, **parameters)  # type: ignore[assignment]
         except BaseException:
             keeper.join(timeout=2.0)  # an interrupt does not wait for an API that may be gone
             raise
         finally:
-            _POOL.reset(given)
             _HOUSEKEEPING.reset(token)
         keeper.join()
         url = f"{PREFECT_UI_URL.value()}/flow-runs/flow-run/{state.state_details.flow_run_id}"

@@ -13,7 +13,6 @@ from gymflow import pipeline
 from gymflow.aggregate import AggregateOptions, AggregateOutcome
 from gymflow.flows._annotations import Returned
 from gymflow.flows._artifacts import publish_aggregate, publish_outcome
-from gymflow.flows._environment import POOL_WORK
 from gymflow.flows._runtime import flow_executor
 from gymflow.run_context import RunContext
 
@@ -29,7 +28,7 @@ def aggregate_command(
     """``gymflow eval aggregate``: merge and metrics, then the health check."""
     from gymflow.flows.reverify import flow_reverifier
 
-    with flow_executor(ctx, workers, POOL_WORK["aggregate"]) as (executor, recorded):
+    with flow_executor(ctx, workers, "aggregating shards") as (executor, recorded):
         steps = pipeline.Runner(recorded, executor, flow_reverifier(recorded, executor), progress)
         outcome, _, _ = pipeline.aggregate_then_health(options, steps, echo)
     publish_aggregate(outcome)  # tags this run as the aggregate command's

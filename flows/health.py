@@ -10,7 +10,6 @@ from prefect import flow
 from gymflow import health, storage
 from gymflow.flows._annotations import Returned
 from gymflow.flows._artifacts import publish_health
-from gymflow.flows._environment import POOL_WORK
 from gymflow.flows._publish import RunProgress
 from gymflow.flows._runtime import flow_executor
 from gymflow.health import HealthOptions, HealthOutcome
@@ -26,7 +25,7 @@ def health_check(
 ) -> Returned[HealthOutcome]:
     """Health-check rollout files and write reports and provenance (``progress``: advanced by
     each range's bytes as it completes)."""
-    with flow_executor(ctx, workers, POOL_WORK["health"]) as (executor, recorded):
+    with flow_executor(ctx, workers, "running rollout health checks") as (executor, recorded):
         total = sum(storage.size(path) for path in options.paths)
         artifact = RunProgress("eval-health-check", options.report_dir or options.paths[0], total)
 

@@ -8,7 +8,6 @@ from collections.abc import Callable
 from prefect import flow
 
 from gymflow.flows._artifacts import publish_join
-from gymflow.flows._environment import POOL_WORK
 from gymflow.flows._runtime import flow_executor
 from gymflow.join import JoinResult, JoinSettings, run_join
 from gymflow.run_context import RunContext
@@ -24,7 +23,7 @@ def join_flow(
 ) -> JoinResult:
     """Join ``settings.rollouts`` with its capture store into ``settings.output`` (``progress``:
     advanced by each range's bytes as it completes)."""
-    with flow_executor(ctx, workers, POOL_WORK["join"]) as (executor, recorded):
+    with flow_executor(ctx, workers, "joining rollouts") as (executor, recorded):
         result = run_join(
             settings, recorded, executor, use_cache=use_cache, workers=workers, progress=progress
         )

@@ -11,7 +11,6 @@ from prefect.runtime import flow_run
 
 from gymflow import pipeline, provenance, storage
 from gymflow.flows._artifacts import publish_outcome
-from gymflow.flows._environment import POOL_WORK
 from gymflow.flows._publish import publish, record_inputs
 from gymflow.flows._runtime import flow_executor
 from gymflow.flows.reverify import flow_reverifier
@@ -38,7 +37,7 @@ def post_flow(
     progress: Callable[[int], None] | None = None,
 ) -> PostResult:
     """Aggregate, join, health-check and reverify the run at ``options.run``, as configured."""
-    with flow_executor(ctx, workers, POOL_WORK["post"]) as (executor, recorded):
+    with flow_executor(ctx, workers, "running eval post") as (executor, recorded):
         steps = pipeline.Runner(recorded, executor, flow_reverifier(recorded, executor), progress)
         summary = pipeline.run_post(options, steps, echo)
     for outcome in steps.outcomes:

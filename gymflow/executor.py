@@ -11,17 +11,15 @@ Every call runs inside the run's :class:`~gymflow.run_context.RunContext`, which
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Generic, Protocol, TypeVar
 
-from gymflow import parallel, threads
+from gymflow import parallel
 from gymflow.run_context import RunContext
 
-__all__ = ["Done", "Executor", "LocalExecutor", "Step", "in_context", "in_order", "started_pool"]
+__all__ = ["Done", "Executor", "LocalExecutor", "Step", "in_context", "in_order"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -136,20 +134,3 @@ class LocalExecutor:
 
     def call(self, step: Step[T, R], item: T) -> R:
         return in_context(self._ctx, step.function, item)
-
-
-def _ready(_: int) -> int:
-    return os.getpid()
-
-
-@contextmanager
-def started_pool(workers: int, what: str) -> Iterator[parallel.Workers]:
-    """A pool of ``workers`` core-only processes (``what`` names its work) whose processes start
-    now, on a thread of their own, and import what every step needs (this module, the run
-    context, storage): a caller with other work first (an orchestrated command importing
-    Prefect) does it meanwhile, and the first step finds its workers ready. Stopped when the
-    ``with`` block ends."""
-    with parallel.Workers(workers, what=what) as pool:
-        if workers > 1:
-            threads.start(pool.map, _ready, list(range(workers)), name="gymflow-pool-start")
-        yield pool

@@ -147,14 +147,11 @@ class PrefectExecutor:
 
 
 @contextmanager
-def prefect_executor(
-    ctx: RunContext, workers: int, remote: bool, what: str, pool: parallel.Workers | None = None
-) -> Iterator[PrefectExecutor]:
+def prefect_executor(ctx: RunContext, workers: int, remote: bool, what: str) -> Iterator[PrefectExecutor]:
     """The executor of a flow run: with a pool of ``workers`` core-only processes for CPU-bound
-    steps on this machine (``pool``: one the caller started already), stopped when the ``with``
-    block ends (``remote``: the task runner's workers compute them, no pool)."""
+    steps on this machine (``remote``: the task runner's workers compute them, no pool)."""
     if remote:
         yield PrefectExecutor(ctx, None, remote=True)
         return
-    with pool if pool is not None else parallel.Workers(workers, what=what) as used:
-        yield PrefectExecutor(ctx, used, remote=False)
+    with parallel.Workers(workers, what=what) as pool:
+        yield PrefectExecutor(ctx, pool, remote=False)

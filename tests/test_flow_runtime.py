@@ -124,35 +124,3 @@ def test_stored_parameters_are_prefects_encoding_redacted_without_fastapi() -> N
     expected = {"ctx": jsonable_encoder(ctx), "workers": 1, "options": jsonable_encoder(options)}
     assert stored == redact({**expected, "echo": "<builtin_function_or_method>"})
     assert "AKIA-CANARY" not in str(stored) and "sk-canary" not in str(stored)
-
-
-def _pid(_: int) -> int:
-    return os.getpid()
-
-
-def test_a_started_pool_has_its_processes_before_the_first_step_and_the_flow_uses_it() -> None:
-    """The CLI starts a flow's process pool before it imports Prefect: its processes start at
-    once (without waiting for a first step), the flow's CPU-bound steps run in them, and they
-    are gone when the work ends."""
-    import time
-
-    from prefect import flow
-
-    from gymflow.executor import Step, started_pool
-    from gymflow.flows._runtime import flow_executor, run_flow
-    from tests.processes import pool_workers
-
-    @flow(name="pool-test", validate_parameters=False)
-    def probe(ctx: RunContext, workers: int) -> list[int]:
-        with flow_executor(ctx, workers, "testing") as (executor, _):
-            return executor.map(Step("pid", _pid, cpu=True), list(range(6)))
-
-    with started_pool(2, "testing") as pool:
-        deadline = time.monotonic() + 60
-        while len(pool_workers()) < 2 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        started = {process.pid for process in pool_workers()}
-        assert len(started) == 2  # started before any step asked for them
-        pids, _ = run_flow(probe, RunContext(), 2, pool=pool)
-        assert set(pids) <= started and os.getpid() not in pids
-        assert not pool_workers()  # stopped when the flow's work ended

@@ -6,12 +6,10 @@ from __future__ import annotations
 
 import importlib
 import sys
-from contextlib import nullcontext
 from typing import Any
 
 from gymflow.cli.setup import prepare_prefect
 from gymflow.config import GymflowConfig
-from gymflow.executor import started_pool
 from gymflow.run_context import RunContext
 
 
@@ -31,16 +29,11 @@ def run(
 
     Prefect is imported here, after its environment is prepared, never by ``--direct`` runs."""
     prepare_prefect(settings, verbose)
-    from gymflow.flows._environment import POOL_WORK
+    from gymflow.flows._runtime import run_flow
 
     module, name = flow.split(":")
-    # The steps' worker processes start while Prefect is imported.
-    what = POOL_WORK.get(module) if ctx.runner.kind != "dask" and workers > 1 else None
-    with started_pool(workers, what) if what is not None else nullcontext() as pool:
-        from gymflow.flows._runtime import run_flow
-
-        flow_object = getattr(importlib.import_module(f"gymflow.flows.{module}"), name)
-        result, url = run_flow(flow_object, ctx, workers, pool=pool, **parameters)
+    flow_object = getattr(importlib.import_module(f"gymflow.flows.{module}"), name)
+    result, url = run_flow(flow_object, ctx, workers, **parameters)
     if link:
         print(f"Flow run: {url}", file=sys.stderr, flush=True)
     return result
