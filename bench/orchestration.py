@@ -327,6 +327,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     rollouts = run_dir / "rollouts.jsonl"
     warm_page_cache(rollouts)
     best: dict[str, dict[str, float]] = {label: {} for label in trees}
+    rounds: dict[str, list[dict[str, float]]] = {label: [] for label in trees}
 
     if "cold" in parts:
         for label, executable in trees.items():
@@ -362,6 +363,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         if "running" in parts:
                             figures |= _running_round(executable, run_dir, env, figures["direct"])
                         _keep_best(best[label], figures)
+                        rounds[label].append(figures)
             finally:
                 subprocess.run([gymflow, "ui", "--stop"], env=env, capture_output=True, check=False)
     hash_s = min(_hash_seconds(rollouts) for _ in range(max(args.repeat, 1)))
@@ -379,7 +381,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         if len(trees) > 1:
             print(f"== {label} ({trees[label]}), best of {args.repeat} ==")
         _report("", figures, args.rows, size_mb, run_dir)
+    if len(trees) > 1 and rounds["this"]:
+        _paired(rounds["base"], rounds["this"])
     return 0
+
+
+def _paired(base: Sequence[Mapping[str, float]], this: Sequence[Mapping[str, float]]) -> None:
+    """Each round's figures of both trees (run back to back, so under the same machine load) and
+    the median of their differences: on a shared machine, steadier than two bests."""
+    import statistics
+
+    print("== per round (base / this), and the median of this - base ==")
+    for name in this[0]:
+        pairs = [(b[name], t[name]) for b, t in zip(base, this, strict=True) if name in b and name in t]
+        shown = "  ".join(f"{b:.2f}/{t:.2f}" for b, t in pairs)
+        median = statistics.median(t - b for b, t in pairs)
+        print(f"{name:>20}: {shown}  median {median:+.2f} s")
+    overheads = [
+        (b["orchestrated"] - b["direct"], t["orchestrated"] - t["direct"])
+        for b, t in zip(base, this, strict=True)
+        if "orchestrated" in b and "orchestrated" in t
+    ]
+    if overheads:
+        shown = "  ".join(f"{b:.2f}/{t:.2f}" for b, t in overheads)
+        median = statistics.median(t - b for b, t in overheads)
+        print(f"{'overhead':>20}: {shown}  median {median:+.2f} s")
 
 
 if __name__ == "__main__":
