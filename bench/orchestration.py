@@ -23,6 +23,13 @@ In one run, on the seeded corpus of ``bench.health`` (default 40,000 rollouts):
 
 Prints ``overhead = orchestrated - direct`` beside the trivial flow (target: overhead <= trivial
 + 1 s) and ``cached`` beside ``hash + trivial + 1 s``.
+
+``--parts cold,health,running,post`` picks some of them (each under a few minutes at 40k rows),
+``--repeat N`` keeps each figure's best of N rounds, and ``--against OTHER/.venv/bin/gymflow``
+times another tree (the base of a change, in its own worktree and venv) in the same rounds,
+alternating which goes first, against the same corpus and server: it prints both trees' figures
+(base first), then each round's pair and the median of their differences, which is steadier than
+two bests on a shared machine.
 """
 
 from __future__ import annotations
