@@ -1,15 +1,22 @@
 """The artifacts each command's outcome publishes to its flow run: a markdown summary, its inputs
-with their SHA-256, a link to every report (:func:`gymflow.flows._publish.publish`)."""
+with their SHA-256, a link to every report (:func:`gymflow.flows._publish.publish`).
+
+The commands' packages are imported where an outcome of theirs is published, not with this
+module: a flow imports it before its work starts, and one command's flow needs one of them."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from gymflow import storage
-from gymflow.aggregate import AggregateOutcome
 from gymflow.flows._publish import publish, record_inputs
-from gymflow.health import HealthOutcome
-from gymflow.healthy import HealthyOutcome, rollouts_covered
-from gymflow.join import JoinResult, summary_paragraph
-from gymflow.reverify import ReverifyOutcome
+
+if TYPE_CHECKING:
+    from gymflow.aggregate import AggregateOutcome
+    from gymflow.health import HealthOutcome
+    from gymflow.healthy import HealthyOutcome
+    from gymflow.join import JoinResult
+    from gymflow.reverify import ReverifyOutcome
 
 
 def publish_health(outcome: HealthOutcome, *, tag: bool = True) -> None:
@@ -54,6 +61,8 @@ def publish_aggregate(outcome: AggregateOutcome, *, tag: bool = True) -> None:
 
 def publish_healthy(outcome: HealthyOutcome) -> None:
     """The healthy-only metrics of ``eval post`` (a step of its run: never tags it)."""
+    from gymflow.healthy import rollouts_covered
+
     rows = ["# metrics over healthy rollouts", "", "| group | rollouts | key metrics |", "|---|---|---|"]
     for entry in outcome.entries:
         shown = ", ".join(f"{name} {value}" for name, value in entry.get("key_metrics", {}).items())
@@ -73,6 +82,8 @@ def publish_healthy(outcome: HealthyOutcome) -> None:
 
 def publish_join(result: JoinResult, *, tag: bool = True) -> None:
     """The run's artifacts (also for a cached run: they link the output it found up to date)."""
+    from gymflow.join import summary_paragraph
+
     summary = result.summary
     if result.up_to_date:
         markdown = "# eval join\n\nJoined rollouts are up to date: nothing recomputed."
@@ -113,6 +124,12 @@ def _reverify_markdown(outcome: ReverifyOutcome) -> str:
 def publish_outcome(outcome: object) -> None:
     """The artifacts of any command's outcome, without its tags (what ``eval post`` and ``eval
     aggregate`` publish for each step: their own run is tagged with their own command)."""
+    from gymflow.aggregate import AggregateOutcome
+    from gymflow.health import HealthOutcome
+    from gymflow.healthy import HealthyOutcome
+    from gymflow.join import JoinResult
+    from gymflow.reverify import ReverifyOutcome
+
     if isinstance(outcome, AggregateOutcome):
         publish_aggregate(outcome, tag=False)
     elif isinstance(outcome, HealthOutcome):

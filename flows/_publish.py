@@ -11,13 +11,18 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable, Mapping, Sequence
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any, TypedDict
 from uuid import UUID
 
 from prefect import get_client
-from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
+from prefect.artifacts import Artifact, LinkArtifact, MarkdownArtifact, ProgressArtifact, TableArtifact
 from prefect.assets import Asset
+from prefect.client.orchestration import SyncPrefectClient
+from prefect.client.schemas.actions import ArtifactCreate, ArtifactUpdate
+from prefect.context import FlowRunContext
 from prefect.runtime import flow_run
 
 from gymflow import provenance, storage, view
@@ -64,30 +69,64 @@ def publish(
 ) -> None:
     """The run's tags (unless ``tag`` is False: a step's artifacts inside ``eval post``'s run) and
     its three artifact kinds (also for a cached run: it links the reports it found)."""
-    if tag:
-        _tag(command, location)
     key = artifact_key(command, location)
     uris = {label: storage.to_uri(url) for label, url in reports.items()}
     links = "\n".join(f"- {label}: [view]({view.view_url(uri)}) `{uri}`" for label, uri in uris.items())
-    create_markdown_artifact(
-        f"{summary_markdown}\n\n{links}\n\n{view_note(uris.values())}\n",
-        key=f"{key}-summary",
-        description=command,
-    )
+    artifacts: list[Artifact] = [
+        MarkdownArtifact(
+            markdown=f"{summary_markdown}\n\n{links}\n\n{view_note(uris.values())}\n",
+            key=f"{key}-summary",
+            description=command,
+        )
+    ]
     if inputs:
-        create_table_artifact(
-            [{"uri": item.uri, "sha256": item.sha256, "bytes": item.bytes} for item in inputs],
-            key=f"{key}-inputs",
-            description=f"{command}: inputs and their SHA-256",
+        artifacts.append(
+            TableArtifact(
+                table=[{"uri": item.uri, "sha256": item.sha256, "bytes": item.bytes} for item in inputs],
+                key=f"{key}-inputs",
+                description=f"{command}: inputs and their SHA-256",
+            )
         )
     for label, uri in uris.items():
         slug = re.sub(r"[^a-z0-9]+", "-", label.lower()).strip("-")
-        create_link_artifact(
-            view.view_url(uri),
-            link_text=label,
-            key=f"{key}-link-{slug}"[:120],
-            description=f"{command}: {label}, `{uri}`. {view_note([uri])}",
+        artifacts.append(
+            LinkArtifact(
+                link=view.view_url(uri),
+                link_text=label,
+                key=f"{key}-link-{slug}"[:120],
+                description=f"{command}: {label}, `{uri}`. {view_note([uri])}",
+            )
         )
+    with _api() as client:
+        if tag:
+            _tag(client, command, location)
+        for artifact in artifacts:
+            _create(client, artifact)
+
+
+@contextmanager
+def _api() -> Iterator[SyncPrefectClient]:
+    """The flow run's own client, else one of its own. Prefect's ``create_*_artifact`` functions
+    make a new client, and a new connection, for every artifact."""
+    context = FlowRunContext.get()
+    if context is not None and isinstance(context.client, SyncPrefectClient):
+        yield context.client
+        return
+    with get_client(sync_client=True) as client:
+        yield client
+
+
+def _create(client: SyncPrefectClient, artifact: Artifact) -> UUID:
+    """What ``artifact.create()`` sends, on ``client``, for the current flow run."""
+    run_id = flow_run.get_id()
+    request = ArtifactCreate(
+        type=artifact.type,
+        key=artifact.key,
+        description=artifact.description,
+        flow_run_id=UUID(run_id) if run_id is not None else None,
+        data=artifact.format(_sync=True),  # type: ignore[call-arg]
+    )
+    return client.create_artifact(artifact=request).id
 
 
 def view_note(uris: Iterable[str]) -> str:
@@ -96,7 +135,7 @@ def view_note(uris: Iterable[str]) -> str:
     return f"Links open while {runs} is running (127.0.0.1:{view.DEFAULT_PORT})."
 
 
-def _tag(command: str, location: str) -> None:
+def _tag(client: SyncPrefectClient, command: str, location: str) -> None:
     """Tag the flow run with the command and the run's name (the directory of ``location``).
 
     Set on the run itself, not through ``prefect.tags``: every task run would inherit those and
@@ -107,8 +146,7 @@ def _tag(command: str, location: str) -> None:
     uri = storage.to_uri(location).rstrip("/")
     run_name = storage.name(storage.parent(uri) if uri.endswith((".json", ".jsonl")) else uri)
     tags = sorted({*flow_run.get_tags(), command, run_name})
-    with get_client(sync_client=True) as client:
-        client.update_flow_run(UUID(run_id), tags=tags)
+    client.update_flow_run(UUID(run_id), tags=tags)
 
 
 def record_inputs(record_url: str) -> list[provenance.FileDigest]:
@@ -123,23 +161,34 @@ def record_inputs(record_url: str) -> list[provenance.FileDigest]:
 
 class RunProgress:
     """A Prefect progress artifact for a flow run of several units of work (ranges, shards,
-    batches), advanced as each completes; a run of one unit creates none."""
+    batches), advanced as each completes; a run of one unit creates none. It is written when it
+    is created, at most once every ``interval_s`` after that, and when the work is complete:
+    each write is a request the run's thread waits for, and the server's CPU is the workers'."""
 
-    def __init__(self, command: str, location: str, total: float) -> None:
+    def __init__(self, command: str, location: str, total: float, interval_s: float = 1.0) -> None:
         self.total = max(total, 1.0)
         self.done = 0.0
         self.id: Any = None
         self.key = f"{artifact_key(command, location)}-progress"
         self.enabled = total > 1
+        self.interval_s = interval_s
+        self._written_at = 0.0
 
     def advance(self, amount: float) -> None:
         if not self.enabled:
             return
-        from prefect.artifacts import create_progress_artifact, update_progress_artifact
-
         self.done = min(self.done + amount, self.total)
+        now = time.monotonic()
+        if self.id is not None and self.done < self.total and now - self._written_at < self.interval_s:
+            return
+        self._written_at = now
         percent = round(100.0 * self.done / self.total, 1)
-        if self.id is None:
-            self.id = create_progress_artifact(percent, key=self.key, description="progress of this run")
-        else:
-            update_progress_artifact(self.id, percent)
+        with _api() as client:
+            if self.id is None:
+                progress = ProgressArtifact(
+                    progress=percent, key=self.key, description="progress of this run"
+                )
+                self.id = _create(client, progress)
+            else:
+                data = ProgressArtifact(progress=percent).format(_sync=True)  # type: ignore[call-arg]
+                client.update_artifact(self.id, ArtifactUpdate(data=data))
