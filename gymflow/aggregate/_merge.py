@@ -248,10 +248,12 @@ def _write_local(scans: Sequence[ShardScan], output: str) -> tuple[str, int]:
                 chunk = memoryview(piece)[: len(piece) if used < 0 else used]
                 with chunk:
                     hashed = hasher.submit(digest.update, chunk)
-                    _write_all(target, chunk)
-                    size += len(chunk)
-                    hashed.result()  # before the buffer is refilled
+                    try:
+                        _write_all(target, chunk)
+                    finally:  # before the buffer is refilled or released, even when a write fails
+                        hashed.result()
                     hashed = None
+                    size += len(chunk)
                 if used >= 0:
                     batches.free.append(cast(bytearray, piece))
             if hashed is not None:
