@@ -6,7 +6,7 @@ module: a flow imports it before its work starts, and one command's flow needs o
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gymflow import storage
 from gymflow.flows._publish import publish, record_inputs
@@ -36,11 +36,14 @@ def publish_health(outcome: HealthOutcome, *, tag: bool = True) -> None:
     publish("eval-health-check", report_dir, markdown, record_inputs(outcome.record_url), reports, tag=tag)
 
 
+def _key_metrics(entry: dict[str, Any]) -> str:
+    return ", ".join(f"{name} {value}" for name, value in entry.get("key_metrics", {}).items())
+
+
 def _aggregate_markdown(outcome: AggregateOutcome) -> str:
     rows = ["# eval aggregate", "", "| group | key metrics |", "|---|---|"]
     for entry in outcome.entries:
-        shown = ", ".join(f"{name} {value}" for name, value in entry.get("key_metrics", {}).items())
-        rows.append(f"| {entry['agent_ref']['name']} | {shown} |")
+        rows.append(f"| {entry['agent_ref']['name']} | {_key_metrics(entry)} |")
     state = "up to date (nothing recomputed)" if outcome.up_to_date else "computed"
     return "\n".join([*rows, "", f"{len(outcome.shards)} shard(s); {state}."])
 
@@ -65,8 +68,7 @@ def publish_healthy(outcome: HealthyOutcome) -> None:
 
     rows = ["# metrics over healthy rollouts", "", "| group | rollouts | key metrics |", "|---|---|---|"]
     for entry in outcome.entries:
-        shown = ", ".join(f"{name} {value}" for name, value in entry.get("key_metrics", {}).items())
-        rows.append(f"| {entry['agent_ref']['name']} | {rollouts_covered(entry)} | {shown} |")
+        rows.append(f"| {entry['agent_ref']['name']} | {rollouts_covered(entry)} | {_key_metrics(entry)} |")
     state = "up to date (nothing recomputed)" if outcome.up_to_date else "computed"
     reports = {"healthy aggregate metrics": outcome.output, "provenance": outcome.record_path}
     markdown = "\n".join([*rows, "", f"Rows whose health verdict is healthy only; {state}."])

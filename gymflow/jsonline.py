@@ -56,7 +56,10 @@ def has_long_digits(data: bytes) -> bool:
     """Whether ``data`` holds 20 ASCII digits in a row, or ``-`` then 19 (where an integer beyond
     64 bits may be): ``LONG_DIGITS.search(data) is not None``, an order of magnitude faster on
     long lines (one C pass mapping digits to ``0``, then two finds)."""
-    mask = data.translate(_DIGIT_MASK)
+    return _has_long_runs(data.translate(_DIGIT_MASK))
+
+
+def _has_long_runs(mask: bytes) -> bool:
     return _DIGIT_RUN in mask or _NEGATIVE_RUN in mask
 
 
@@ -71,7 +74,7 @@ def needs_exact_reading(data: bytes) -> bool:
     ``9223372036854775808``; more than 20 digits or 20 beyond ``18446744073709551615``). Digit
     runs inside strings or floats count too (such lines just take the exact reading)."""
     mask = data.translate(_DIGIT_MASK)
-    if _DIGIT_RUN not in mask and _NEGATIVE_RUN not in mask:
+    if not _has_long_runs(mask):
         return False
     size = len(mask)
     start = mask.find(_RUN_START)

@@ -652,8 +652,9 @@ def open_append(path: str) -> BinaryIO:
     return cast(BinaryIO, _Appender(path))
 
 
-def _write_local_atomic(path: str, write: Callable[[BinaryIO], None]) -> None:
-    """Write through ``write`` to a temp file beside ``path``, fsync it, then rename it over.
+def _write_local_atomic(path: str, write: Callable[[BinaryIO], None], durable: bool = True) -> None:
+    """Write through ``write`` to a temp file beside ``path``, fsync it (if ``durable``), then
+    rename it over.
 
     The temp file is ``flock``-ed while it is written, so :func:`remove_stale_temps` can tell a
     live writer's file from one left by a killed process. It is renamed before it is closed.
@@ -669,7 +670,8 @@ def _write_local_atomic(path: str, write: Callable[[BinaryIO], None]) -> None:
         with os.fdopen(fd, "wb", buffering=2**20, closefd=False) as f:
             write(f)
             f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                os.fsync(f.fileno())
         os.replace(temp, path)
     except BaseException:
         with suppress(FileNotFoundError):
@@ -677,7 +679,8 @@ def _write_local_atomic(path: str, write: Callable[[BinaryIO], None]) -> None:
         raise
     finally:
         os.close(fd)
-    _fsync_dir(directory)
+    if durable:
+        _fsync_dir(directory)
 
 
 def write_atomic(url: str, data: bytes) -> tuple[str, int]:
@@ -721,6 +724,18 @@ def write_atomic_lines(url: str, chunks: Iterable[bytes]) -> tuple[str, int]:
     return hashing.result()
 
 
+def write_scratch_local(url: str, chunks: Iterable[bytes]) -> None:
+    """Write ``chunks`` to the local ``url`` atomically, neither hashed nor fsync-ed: for an
+    intermediate file (a join's part) whose bytes a later step hashes as it writes them, durably,
+    into the output (a crash leaves the old output, never half a file)."""
+    local = _local_path(url)
+    if local is None:
+        raise ValueError(f"not a local path: {scrub_url(url)}")
+    with _guard(url, "write", writing=True):
+        _write_local_atomic(local, lambda f: f.writelines(chunks), durable=False)
+    _written(url)
+
+
 def write_atomic_local(url: str, write: Callable[[int], R]) -> R:
     """Like :func:`write_atomic_lines` for a local ``url``: ``write`` gets the descriptor of the
     temporary file (positioned at 0; it writes with ``os.write`` or :func:`copy_range`) and returns
@@ -734,6 +749,13 @@ def write_atomic_local(url: str, write: Callable[[int], R]) -> R:
     logger.debug("wrote %s", scrub_url(url))
     _written(url)
     return result[0]
+
+
+def write_all(target: int, data: bytes | memoryview) -> None:
+    """Write all of ``data`` to the file descriptor ``target`` (``os.write`` may write less)."""
+    with memoryview(data) as view:
+        while view:
+            view = view[os.write(target, view) :]
 
 
 _COPY_ERRORS = frozenset({errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EBADF})
@@ -756,9 +778,7 @@ def copy_range(source: int, target: int, offset: int, length: int) -> None:
             else:
                 data = os.pread(source, min(length, CHUNK_SIZE), offset)
                 count = len(data)
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(target, view) :]
+                write_all(target, data)
         except OSError as exc:
             if method is None or exc.errno not in _COPY_ERRORS:
                 raise

@@ -241,7 +241,7 @@ def _write_local(scans: Sequence[ShardScan], output: str) -> tuple[str, int]:
                             f"{piece.scan.url!r} changed while it was being aggregated"
                         ) from None
                     if piece.newline:
-                        _write_all(target, b"\n")
+                        storage.write_all(target, b"\n")
                     hashed = hasher.submit(hash_span, batches.handles, piece)
                     size += piece.length + piece.newline
                     continue
@@ -249,7 +249,7 @@ def _write_local(scans: Sequence[ShardScan], output: str) -> tuple[str, int]:
                 with chunk:
                     hashed = hasher.submit(digest.update, chunk)
                     try:
-                        _write_all(target, chunk)
+                        storage.write_all(target, chunk)
                     finally:  # before the buffer is refilled or released, even when a write fails
                         hashed.result()
                     hashed = None
@@ -261,12 +261,6 @@ def _write_local(scans: Sequence[ShardScan], output: str) -> tuple[str, int]:
         return digest.hexdigest(), size
 
     return storage.write_atomic_local(output, write)
-
-
-def _write_all(target: int, data: bytes | memoryview) -> None:
-    with memoryview(data) as view:
-        while view:
-            view = view[os.write(target, view) :]
 
 
 def _compact(value: object) -> bytes:

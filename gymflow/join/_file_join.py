@@ -173,29 +173,10 @@ def join_range(settings: JoinSettings, start: int, end: int, part_url: str) -> J
     lines = storage.iter_lines(settings.rollouts, start, end)
     joined = join_lines(lines, store, stats, perf=settings.perf, source=settings.rollouts)
     if settings.output != part_url and storage.is_local(part_url):
-        _write_local_part(part_url, joined)
+        storage.write_scratch_local(part_url, joined)  # concatenate_parts hashes it
     else:
         storage.write_atomic_lines(part_url, joined)
     return stats
-
-
-def _write_local_part(url: str, chunks: Iterable[bytes]) -> None:
-    """Write a local part file through a temporary file renamed into place, neither hashed nor
-    fsync-ed: :func:`concatenate_parts` hashes what it copies, and the output it writes is the
-    durable file (a crash leaves the old output and a parts folder, never a half part)."""
-    path = url.removeprefix("file://")
-    directory = os.path.dirname(os.path.abspath(path))
-    temp = os.path.join(directory, f".{os.path.basename(path)}.{uuid.uuid4().hex[:12]}.tmp")
-    with guard(url, "write", writing=True):
-        storage.make_dirs(directory)
-        try:
-            with open(temp, "xb", buffering=2**20) as f:
-                f.writelines(chunks)
-            os.replace(temp, path)
-        except BaseException:
-            if os.path.exists(temp):
-                os.unlink(temp)
-            raise
 
 
 def part_urls(settings: JoinSettings, count: int) -> list[str]:

@@ -136,15 +136,13 @@ def _strip(row: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-ENTRY_BLOCKS = ("agent_metrics", "key_metrics", "group_level_metrics", "repeat_level_metrics")
-"""The blocks of a metrics-file entry, after ``agent_ref``, in 0.7.0's order."""
-
-_BLOCK_TYPES: dict[str, type] = {
+_ENTRY_BLOCKS: dict[str, type] = {
     "agent_metrics": dict,
     "key_metrics": dict,
     "group_level_metrics": list,
     "repeat_level_metrics": list,
 }
+"""The blocks of a metrics-file entry, after ``agent_ref``, in 0.7.0's order, and their JSON types."""
 
 
 def _entries(plan: ReverifyPlan, warn: Echo) -> list[dict[str, Any]]:
@@ -241,12 +239,12 @@ def _server_blocks(
         prefix = f"aggregate metrics: resources server {server!r} failed: "
         return None, _shorten(str(exc).removeprefix(prefix))
     blocks: dict[str, Any] = {}
-    for name in ENTRY_BLOCKS:
+    for name, kind_of in _ENTRY_BLOCKS.items():
         value = answer.get(name)
         if value is None:
-            value = _BLOCK_TYPES[name]()
-        if not isinstance(value, _BLOCK_TYPES[name]):
-            kind = "object" if _BLOCK_TYPES[name] is dict else "array"
+            value = kind_of()
+        if not isinstance(value, kind_of):
+            kind = "object" if kind_of is dict else "array"
             return None, f"its answer's {name} is not a JSON {kind}"
         blocks[name] = value
     return blocks, ""
