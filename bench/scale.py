@@ -1,4 +1,4 @@
-"""Scale benchmark: health-check, aggregate and ``eval post --direct`` at growing row counts.
+"""Scale benchmark: health-check, aggregate and ``eval post`` at growing row counts.
 
 Run from the repo root: ``python bench/scale.py [--sizes 10000 100000 1000000] [--repeat R]``.
 
@@ -12,7 +12,11 @@ in a fresh process as its user would:
 * ``health``: ``gymflow eval health-check OUT --rollouts-file OUT/merged.jsonl --direct
   --no-cache`` (the merged file: every row once);
 * ``post``: ``gymflow eval post RUN --direct --no-cache`` on a run directory whose ``shards/``
-  links to the shards (aggregate, then the health check of its output);
+  links to the shards (aggregate, then the health check of its output, the metrics over its healthy
+  rows and ``report.html``);
+* ``post-prefect``: the same ``eval post`` orchestrated (without ``--direct``), against a local Prefect
+  server of a fresh ``PREFECT_HOME`` that ``gymflow ui`` started before the first timed run (what the
+  default is after the first command); the server's own memory is not in the command's tree;
 * ``parse``: the floor, one process ``orjson.loads``-ing every line of the merged file.
 
 ``--steps`` picks some of them (aggregate always runs: it makes the merged file). Each is timed
@@ -26,12 +30,15 @@ memory too).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
+import socket
+import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -47,7 +54,36 @@ from bench.health import (  # noqa: E402
     warm_page_cache,
 )
 
-STEPS = ("aggregate", "health", "post")
+STEPS = ("aggregate", "health", "post", "post-prefect")
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@contextlib.contextmanager
+def _local_server(gymflow: str, env: Mapping[str, str]) -> Iterator[dict[str, str]]:
+    """An environment whose orchestrated commands use a Prefect server of a fresh ``PREFECT_HOME``,
+    started before any timed run (the steady state: later commands find it running), stopped after."""
+    with tempfile.TemporaryDirectory(prefix="gymflow-bench-prefect-") as home:
+        local = {**env, "PREFECT_HOME": home, "PREFECT_SERVER_API_PORT": str(_free_port())}
+        local.pop("PREFECT_API_URL", None)
+        try:
+            _checked(run_measured([gymflow, "ui"], local), "gymflow ui")
+            yield local
+        finally:
+            subprocess.run([gymflow, "ui", "--stop"], env=local, capture_output=True, check=False)
+
+
+def _clean_run(run_dir: Path) -> None:
+    """Remove what an earlier ``eval post`` wrote into RUN (the shards' links stay)."""
+    for path in run_dir.iterdir():
+        if path.is_file():
+            path.unlink()
+        elif path.name != "shards":
+            shutil.rmtree(path)
 
 
 def _env() -> dict[str, str]:
@@ -76,7 +112,11 @@ def measure(
         seconds, peak = best.get(step, (float("inf"), 0.0))
         best[step] = (min(seconds, run.seconds), max(peak, run.peak_tree_rss / 2**20))
 
-    with tempfile.TemporaryDirectory(prefix="gymflow-bench-scale-", dir=REPO / "bench" / "_corpus") as root:
+    with contextlib.ExitStack() as stack:
+        root = stack.enter_context(
+            tempfile.TemporaryDirectory(prefix="gymflow-bench-scale-", dir=REPO / "bench" / "_corpus")
+        )
+        server_env = stack.enter_context(_local_server(gymflow, env)) if "post-prefect" in steps else env
         out = Path(root) / "out"
         run_dir = Path(root) / "run"
         (run_dir / "shards").mkdir(parents=True)
@@ -95,20 +135,20 @@ def measure(
             warm_page_cache(merged)
             parse_s, _ = parse_seconds(merged)
             best["parse"] = (min(best.get("parse", (parse_s, 0.0))[0], parse_s), 0.0)
-            if "health" not in steps:
-                continue
-            health = [
-                gymflow, "eval", "health-check", str(out), "--rollouts-file", str(merged),
-                "--direct", "--no-cache",
-            ]  # fmt: skip
-            keep("health", _checked(run_measured(health, env), "health-check"))
-            if "post" not in steps:
-                continue
-            for path in run_dir.iterdir():
-                if path.is_file():
-                    path.unlink()
-            post = [gymflow, "eval", "post", str(run_dir), "--direct", "--no-cache"]
-            keep("post", _checked(run_measured(post, env), "eval post"))
+            if "health" in steps:
+                health = [
+                    gymflow, "eval", "health-check", str(out), "--rollouts-file", str(merged),
+                    "--direct", "--no-cache",
+                ]  # fmt: skip
+                keep("health", _checked(run_measured(health, env), "health-check"))
+            if "post" in steps:
+                _clean_run(run_dir)
+                post = [gymflow, "eval", "post", str(run_dir), "--direct", "--no-cache"]
+                keep("post", _checked(run_measured(post, env), "eval post"))
+            if "post-prefect" in steps:
+                _clean_run(run_dir)
+                post = [gymflow, "eval", "post", str(run_dir), "--no-cache"]
+                keep("post-prefect", _checked(run_measured(post, server_env), "eval post (orchestrated)"))
         best["bytes"] = (float(merged.stat().st_size), 0.0)
     return best
 
@@ -141,7 +181,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for step in steps:
             seconds, peak = figures[step]
             print(
-                f"  {step:<9} {seconds:7.2f} s  {seconds * 1e6 / rows:7.2f} us/row  "
+                f"  {step:<12} {seconds:7.2f} s  {seconds * 1e6 / rows:7.2f} us/row  "
                 f"ratio {seconds / parse_s:5.2f} x parse  peak tree RSS {peak:6.0f} MB",
                 flush=True,
             )
