@@ -10,6 +10,7 @@ cost a few seconds to index once and milliseconds per page.
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict, deque
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -120,6 +121,8 @@ class RolloutIndex:
     by_check: dict[str, list[int]] = field(default_factory=dict)
     by_task: dict[str, list[int]] = field(default_factory=dict)
     has_reverify: bool = False
+    total: int = 0
+    """Rows of ``rollout_verdicts.jsonl``: :func:`build_index` with a ``limit`` holds only the first."""
 
     def __len__(self) -> int:
         return len(self.tasks)
@@ -190,20 +193,19 @@ class RolloutIndex:
 
 
 def _record_spans(
-    sources: Sequence[str],
-) -> tuple[dict[_Key, deque[tuple[int, int, int, Any]]], int]:
-    """Every record of ``sources`` by identity, in file order: (file, start, end, reward)."""
+    sources: Sequence[str], wanted: frozenset[_Key] | None = None
+) -> dict[_Key, deque[tuple[int, int, int, Any]]]:
+    """Every record of ``sources`` by identity (those of ``wanted`` only, when given), in file
+    order: (file, start, end, reward)."""
     spans: dict[_Key, deque[tuple[int, int, int, Any]]] = defaultdict(deque)
-    count = 0
     for number, url in enumerate(sources):
         for offset, line in storage.iter_lines(url):
             if not line.strip():
                 continue
-            count += 1
             found = _identity(line)
-            if found is not None:
+            if found is not None and (wanted is None or found[0] in wanted):
                 spans[found[0]].append((number, offset, offset + len(line), found[1]))
-    return spans, count
+    return spans
 
 
 def _reverified_rewards(url: str | None) -> dict[_Key, Any]:
@@ -221,27 +223,48 @@ def _checks_of(findings: Iterable[Any]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(str(f.get("check")) for f in findings if isinstance(f, dict)))
 
 
-def build_index(verdicts_url: str, sources: Sequence[str], reverified_url: str | None = None) -> RolloutIndex:
+def _verdict_lines(verdicts_url: str) -> Iterator[tuple[int, bytes]]:
+    for offset, line in storage.iter_lines(verdicts_url):
+        if line.strip():
+            yield offset, line
+
+
+def _identity_of(line: bytes) -> _Key:
+    row = _DECODE.decode(line)
+    return _key(row.get("_ng_task_index"), row.get("_ng_rollout_index"), row.get("stage_index"))
+
+
+def build_index(
+    verdicts_url: str, sources: Sequence[str], reverified_url: str | None = None, *, limit: int | None = None
+) -> RolloutIndex:
     """Index ``rollout_verdicts.jsonl`` against the rollouts files it judged (``sources``, in the
     order health-check read them) and the re-verified rollouts, if any.
 
     A verdict row is paired with the first unpaired record of the same identity: verdict rows are
     sorted stably by identity (health.md §7.2), so duplicates pair in input order.
+
+    With ``limit``, only the first ``limit`` rows are held (and only their records looked up), so
+    memory stays flat however large the run; ``total`` still counts every row. A re-verified run is
+    indexed whole: what changed is counted over every row.
     """
     index = RolloutIndex(verdicts_url, sources=list(sources))
-    spans, _ = _record_spans(sources)
-    after = _reverified_rewards(reverified_url)
     index.has_reverify = reverified_url is not None and storage.isfile(reverified_url)
+    lines: Iterable[tuple[int, bytes]]
+    if limit is None or index.has_reverify:
+        lines, spans = _verdict_lines(verdicts_url), _record_spans(sources)
+    else:
+        every = _verdict_lines(verdicts_url)
+        held = list(itertools.islice(every, limit))
+        index.total = len(held) + sum(1 for _ in every)
+        lines, spans = held, _record_spans(sources, frozenset(_identity_of(line) for _, line in held))
+    after = _reverified_rewards(reverified_url)
     by_verdict: dict[str, list[int]] = defaultdict(list)
     by_check: dict[str, list[int]] = defaultdict(list)
     by_task: dict[str, list[int]] = defaultdict(list)
-    for offset, line in storage.iter_lines(verdicts_url):
-        if not line.strip():
-            continue
+    for number, (offset, line) in enumerate(lines):
         row = _DECODE.decode(line)
         task, rollout, stage = row.get("_ng_task_index"), row.get("_ng_rollout_index"), row.get("stage_index")
         key = _key(task, rollout, stage)
-        number = len(index.tasks)
         found = spans.get(key)
         span = found.popleft() if found else None
         index.tasks.append(_label(task))
@@ -260,4 +283,5 @@ def build_index(verdicts_url: str, sources: Sequence[str], reverified_url: str |
         for check in checks:
             by_check[check].append(number)
     index.by_verdict, index.by_check, index.by_task = dict(by_verdict), dict(by_check), dict(by_task)
+    index.total = max(index.total, len(index))
     return index

@@ -12,11 +12,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 import orjson
 
 from gymflow import provenance, storage
 from gymflow.errors import InputError
 from gymflow.view._index import RolloutIndex, build_index
+from gymflow.view._metrics_file import read_metrics_file
 
 __all__ = ["FILES", "RunReports", "StepRow", "load_run", "read_lines"]
 
@@ -56,6 +58,9 @@ class RunReports:
     """The run's URI."""
     summary: dict[str, Any] | None = None
     metrics: list[dict[str, Any]] | None = None
+    """The entries of the metrics file, each with its first :data:`GROUP_ROWS` groups."""
+    group_totals: list[int] = field(default_factory=list)
+    """How many groups each entry of :attr:`metrics` has in the file."""
     healthy_metrics: list[dict[str, Any]] | None = None
     reverify_metrics: list[dict[str, Any]] | None = None
     records: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
@@ -77,20 +82,22 @@ class RunReports:
         return max(found, key=lambda item: str(item[1].get("finished_at", ""))) if found else None
 
 
-def _json(url: str) -> Any:
+class _Summary(msgspec.Struct):
+    """What the pages read of ``quality_summary.json``: its run block (the per-task entries, which
+    grow with the run, are skipped unparsed)."""
+
+    run: Any = None
+
+
+def _summary(url: str) -> dict[str, Any] | None:
     if not storage.isfile(url):
         return None
     try:
         with storage.open_read(url) as f:
-            return orjson.loads(f.read())
-    except (orjson.JSONDecodeError, InputError):
+            run = msgspec.json.decode(f.read(), type=_Summary).run
+    except (msgspec.MsgspecError, InputError):
         return None
-
-
-def _entries(value: Any) -> list[dict[str, Any]] | None:
-    if isinstance(value, list):
-        return [entry for entry in value if isinstance(entry, dict)]
-    return None
+    return {"run": run} if isinstance(run, dict) else {}
 
 
 def read_lines(url: str, limit: int) -> Iterator[dict[str, Any]]:
@@ -132,16 +139,19 @@ def _steps(reports: RunReports) -> list[StepRow]:
     return rows
 
 
-def load_run(run: str, *, index: bool = True) -> RunReports:
-    """Read the reports of ``run`` (and index its rollouts unless ``index`` is False)."""
+def load_run(run: str, *, index: bool = True, held: int | None = None) -> RunReports:
+    """Read the reports of ``run`` (and index its rollouts unless ``index`` is False: all of them,
+    or the first ``held``)."""
     uri = storage.to_uri(run).rstrip("/")
     if not storage.isdir(run) and not storage.glob(storage.join(run, "*")):
         raise InputError(f"{uri}: no such run directory")
     reports = RunReports(uri)
-    summary = _json(reports.path(FILES["summary"]))
-    reports.summary = summary if isinstance(summary, dict) else None
-    reports.metrics = _entries(_json(reports.path(FILES["metrics"])))
-    reports.healthy_metrics = _entries(_json(reports.path(FILES["healthy_metrics"])))
+    reports.summary = _summary(reports.path(FILES["summary"]))
+    aggregate = read_metrics_file(reports.path(FILES["metrics"]))
+    if aggregate is not None:
+        reports.metrics, reports.group_totals = aggregate.entries, aggregate.group_totals
+    healthy = read_metrics_file(reports.path(FILES["healthy_metrics"]))
+    reports.healthy_metrics = healthy.entries if healthy is not None else None
     for url in sorted(storage.glob(storage.join(run, "*" + provenance.RECORD_SUFFIX))):
         try:
             record = provenance.read_record(url)
@@ -166,7 +176,8 @@ def load_run(run: str, *, index: bool = True) -> RunReports:
         metrics = [u for u in outputs if u.endswith("_aggregate_metrics.json")]
         reports.reverified_url = rows[0] if rows else None
         reports.sidecar_url = sidecars[0] if sidecars else None
-        reports.reverify_metrics = _entries(_json(metrics[0])) if metrics else None
+        answer = read_metrics_file(metrics[0]) if metrics else None
+        reports.reverify_metrics = answer.entries if answer is not None else None
     elif storage.isfile(reports.path(FILES["reverified"])):
         reports.reverified_url = reports.path(FILES["reverified"])
     if reports.sidecar_url and storage.isfile(reports.sidecar_url):
@@ -174,5 +185,5 @@ def load_run(run: str, *, index: bool = True) -> RunReports:
 
     verdicts = reports.path(FILES["verdicts"])
     if index and storage.isfile(verdicts):
-        reports.index = build_index(verdicts, reports.sources, reports.reverified_url)
+        reports.index = build_index(verdicts, reports.sources, reports.reverified_url, limit=held)
     return reports

@@ -131,6 +131,7 @@ def metrics_body(reports: RunReports) -> Html:
             "<p class=note>Metrics over healthy rollouts only: not computed "
             "(no rollouts_aggregate_metrics.healthy.json in this run).</p>"
         )
+    totals = dict(zip(map(_agent, reports.metrics), reports.group_totals, strict=False))
     for name, entry in _by_agent(reports.metrics).items():
         agent_metrics = entry.get("agent_metrics") or {}
         healthy_entry = healthy_by_agent.get(name) if healthy_by_agent is not None else None
@@ -163,6 +164,12 @@ def metrics_body(reports: RunReports) -> Html:
         body.append(str(table(["metric", "value"], [[k, v] for k, v in agent_metrics.items()])))
         groups = [g for g in entry.get("group_level_metrics") or [] if isinstance(g, Mapping)]
         body.append("<h3>group (task) metrics</h3>")
+        total = totals.get(name, len(groups))
+        if total > len(groups):
+            body.append(
+                f"<p class=note>The first {len(groups):,} of {total:,} groups; "
+                "the metrics file holds them all.</p>"
+            )
         body.append(
             str(
                 table(

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from gymflow import storage
 from gymflow.executor import Step
 from gymflow.view._load import FILES, StepRow, load_run
-from gymflow.view._site import static_report
+from gymflow.view._site import STATIC_DETAILS, STATIC_ROWS, static_report
 
 __all__ = ["WRITE_REPORT_HTML", "ReportJob", "write_report_html"]
 
@@ -29,7 +29,7 @@ class ReportJob:
 
 def write_report_html(job: ReportJob) -> str:
     """Render ``report.html`` from the run's reports and write it atomically; its URL."""
-    reports = load_run(job.run)
+    reports = load_run(job.run, held=max(STATIC_ROWS, STATIC_DETAILS))
     html = static_report(reports, job.steps or tuple(reports.steps), dict(job.failures))
     url = storage.join(job.run, FILES["report"])
     storage.write_atomic(url, html.encode())

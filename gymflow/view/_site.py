@@ -166,11 +166,11 @@ def static_report(
     links = StaticLinks(held)
     pages = [("overview", overview_body(reports, links, steps, failures))]
     if index is not None:
-        page = Page([index.row(n) for n in range(min(rows, len(index)))], len(index), 0, rows)
+        page = Page([index.row(n) for n in range(min(rows, len(index)))], index.total, 0, rows)
         note = (
-            f"{len(index) - len(page.rows)} more are not in this file: run `gymflow view {reports.run}` "
+            f"{index.total - len(page.rows)} more are not in this file: run `gymflow view {reports.run}` "
             "to page, filter and open every rollout."
-            if len(page.rows) < len(index)
+            if len(page.rows) < index.total
             else "This file holds every rollout."
         )
         table_body = rollouts_body(
@@ -179,7 +179,7 @@ def static_report(
             choices(reports),
             links,
             has_reverify=index.has_reverify,
-            total_rows=len(index),
+            total_rows=index.total,
             static_note=note,
         )
         shown = f"<p><span id=shown>{len(page.rows)}</span> rows shown by the filters above.</p>"

@@ -132,3 +132,15 @@ def test_duplicate_identities_pair_with_their_records_in_file_order(tmp_path: Pa
     assert [index.row(n).reward for n in range(5)] == [0.5, 0.25, 0.75, 0.125, None]
     assert index.row(3).task == str(huge) and index.record(4) is None
     assert index.by_check["rollout_duplicate_identity"] == [1, 2]
+    # report.html holds the first rows only: the same rows, paired the same way, and the count of all
+    for held in (1, 2, 3):
+        first = load_run(str(run), held=held).index
+        assert first is not None and (len(first), first.total) == (held, 5)
+        assert [first.row(n) for n in range(held)] == [index.row(n) for n in range(held)]
+        assert [first.record(n) for n in range(held)] == [index.record(n) for n in range(held)]
+
+
+def test_a_reverified_run_is_indexed_whole_even_when_rows_are_held(reports: RunReports) -> None:
+    """What changed on reverify is counted over every row, so the limit does not apply."""
+    index = load_run(reports.run, held=10).index
+    assert index is not None and len(index) == index.total == ROWS

@@ -1,0 +1,180 @@
+"""An aggregate metrics file as the pages show it, read in bounded memory.
+
+A metrics file (``rollouts_aggregate_metrics.json`` and its healthy-only sibling) holds one
+entry per agent, and in each a ``group_level_metrics`` list with one object per task, a sample
+rollout in each: about 500 bytes a rollout, 500 MB at a million. The pages show every key of an
+entry but only the first :data:`GROUP_ROWS` groups, so only those are parsed.
+
+The files 0.7.0 and gymflow write are indented by two spaces (``json.dumps(indent=2)``, orjson's
+``OPT_INDENT_2``). In such a file a raw newline is only ever whitespace between tokens (JSON
+strings escape it), so a newline followed by N spaces and a bracket is a bracket at depth N/2:
+the groups' list is found, its objects counted and its tail skipped with ``bytes.find`` and
+``bytes.count`` over chunks, and what is kept is parsed as one small document. A file of any
+other layout is parsed whole, as before.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, BinaryIO
+
+import orjson
+
+from gymflow import storage
+from gymflow.errors import InputError
+
+__all__ = ["GROUP_ROWS", "MetricsFile", "read_metrics_file"]
+
+GROUP_ROWS = 1_000
+"""Groups (tasks) of each entry the pages show; the rest are counted."""
+
+_CHUNK = 8 << 20
+_INDENTED = b"[\n  {\n"
+_GROUPS_OPEN = b'\n    "group_level_metrics": [\n'
+_GROUPS_CLOSE = b"\n    ]"
+_GROUP_START = b"\n      {"
+
+
+@dataclass(frozen=True)
+class MetricsFile:
+    """The entries of a metrics file (each group list cut to its first :data:`GROUP_ROWS`), and the
+    number of groups each entry has in the file, in entry order."""
+
+    entries: list[dict[str, Any]]
+    group_totals: list[int]
+
+
+class _Scanner:
+    """Forward-only search over a file read in chunks."""
+
+    def __init__(self, handle: BinaryIO) -> None:
+        self._handle = handle
+        self._buffer = b""
+        self._eof = False
+
+    def _more(self) -> bool:
+        chunk = b"" if self._eof else self._handle.read(_CHUNK)
+        self._eof = not chunk
+        self._buffer += chunk
+        return bool(chunk)
+
+    def until(self, pattern: bytes, *, leave: int = 0) -> tuple[bytes, bool]:
+        """The bytes before the next ``pattern``, consumed with it but for its last ``leave`` bytes;
+        or the rest of the file and False."""
+        start = 0
+        while (at := self._buffer.find(pattern, start)) < 0:
+            start = max(0, len(self._buffer) - len(pattern) + 1)
+            if not self._more():
+                rest, self._buffer = self._buffer, b""
+                return rest, False
+        cut = at + len(pattern) - leave
+        before, self._buffer = self._buffer[:at], self._buffer[cut:]
+        return before, True
+
+    def region(self, end: bytes, item: bytes, keep: int) -> tuple[bytes, int]:
+        """Up to ``end`` (consumed, or to the end of the file): the bytes before its ``keep``-th
+        ``item`` (counting from 0; all of them when there are fewer) and how many ``item`` it holds.
+        Only the kept bytes and one chunk are ever in memory."""
+        kept: list[bytes] = []
+        seen = 0
+        while True:
+            at = self._buffer.find(end)
+            while at < 0 and len(self._buffer) < len(item) + len(end) and self._more():
+                at = self._buffer.find(end)
+            # this round takes the bytes before ``cut``: up to ``end`` when it is here, else all but
+            # what could be the start of ``end`` or of an ``item``; an ``item`` that starts before
+            # ``cut`` lies whole before ``reach``
+            if at >= 0:
+                cut = reach = at
+            elif self._eof:
+                cut = reach = len(self._buffer)
+            else:
+                cut = len(self._buffer) - max(len(end), len(item)) + 1
+                reach = cut + len(item) - 1
+            items = self._buffer.count(item, 0, reach)
+            if seen <= keep:
+                stop = cut if seen + items <= keep else _nth(self._buffer, item, keep - seen)
+                kept.append(self._buffer[:stop])
+            seen += items
+            if at >= 0 or self._eof:
+                self._buffer = self._buffer[at + len(end) :] if at >= 0 else b""
+                return b"".join(kept), seen
+            self._buffer = self._buffer[cut:]
+            self._more()
+
+
+def _nth(data: bytes, pattern: bytes, n: int) -> int:
+    """Where the ``n``-th (from 0) occurrence of ``pattern`` in ``data`` starts."""
+    at = -1
+    for _ in range(n + 1):
+        at = data.find(pattern, at + 1)
+    return at
+
+
+def _entries(value: Any) -> list[dict[str, Any]] | None:
+    if not isinstance(value, list):
+        return None
+    return [entry for entry in value if isinstance(entry, dict)]
+
+
+def _groups(entry: dict[str, Any]) -> list[Any] | None:
+    groups = entry.get("group_level_metrics")
+    return groups if isinstance(groups, list) else None
+
+
+def _parse_whole(data: bytes) -> MetricsFile | None:
+    try:
+        entries = _entries(orjson.loads(data))
+    except orjson.JSONDecodeError:
+        return None
+    if entries is None:
+        return None
+    totals = []
+    for entry in entries:
+        groups = _groups(entry) or []
+        totals.append(len(groups))
+        if len(groups) > GROUP_ROWS:
+            entry["group_level_metrics"] = groups[:GROUP_ROWS]
+    return MetricsFile(entries, totals)
+
+
+def _parse_indented(handle: BinaryIO) -> MetricsFile | None:
+    scanner = _Scanner(handle)
+    kept: list[bytes] = []
+    counts: list[int] = []
+    while True:
+        # the opening line with its newline: a list that is not empty; the newline stays, so every
+        # object of the list starts with _GROUP_START
+        before, found = scanner.until(_GROUPS_OPEN, leave=1)
+        kept.append(before)
+        if not found:
+            break
+        groups, total = scanner.region(_GROUPS_CLOSE, _GROUP_START, GROUP_ROWS)
+        # a cut list ends with the comma that separated its last kept object from the next one
+        kept += [_GROUPS_OPEN[:-1], groups.rstrip(b","), _GROUPS_CLOSE]
+        counts.append(total)
+    try:
+        entries = _entries(orjson.loads(b"".join(kept)))
+    except orjson.JSONDecodeError:
+        return None
+    if entries is None:
+        return None
+    totals = iter(counts)
+    # each non-empty list of groups at an entry's level is one count, in order
+    return MetricsFile(entries, [next(totals, 0) if _groups(e) else 0 for e in entries])
+
+
+def read_metrics_file(url: str) -> MetricsFile | None:
+    """The metrics file at ``url`` as :class:`MetricsFile`; None when it is missing, is not JSON or
+    is not a list."""
+    if not storage.isfile(url):
+        return None
+    try:
+        with storage.open_read(url) as handle:
+            head = handle.read(len(_INDENTED))
+            if head != _INDENTED:
+                return _parse_whole(head + handle.read())
+            handle.seek(0)
+            return _parse_indented(handle)
+    except InputError:
+        return None
