@@ -11,17 +11,18 @@ of a shard holding only those rows.
 
 Rows and verdicts are matched by the key the health check sorts its report by (task, rollout,
 stage): among rows sharing a key, the n-th row of the rollouts is the n-th verdict of that key
-(the report keeps input order among equal keys). Only keys are held, never rows.
+(the report keeps input order among equal keys). The rows' keys are sorted beside the report
+(spilled to scratch files beyond a few hundred thousand rows) and one flag per line is held, never
+rows.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NoReturn
 
 import orjson
 
@@ -38,6 +39,7 @@ from gymflow.errors import InputError
 from gymflow.executor import Executor, LocalExecutor, Step
 from gymflow.health import SortKey, row_key, verdict_key
 from gymflow.run_context import RunContext
+from gymflow.spill import sorted_spilled
 
 __all__ = [
     "COMMAND",
@@ -115,11 +117,10 @@ def cache_key(options: HealthyOptions, inputs: Digests) -> str:
     return provenance.cache_key(COMMAND, options.parameters(), [(r, d.sha256) for r, d in inputs])
 
 
-def _verdicts(url: str) -> dict[SortKey, bool | deque[bool]]:
-    """Whether each verdict is ``healthy``, by key; a key several rows share keeps its verdicts in
-    report order."""
-    out: dict[SortKey, bool | deque[bool]] = {}
+def _verdicts(url: str) -> Iterator[tuple[SortKey, bool]]:
+    """Each verdict's key and whether it is ``healthy``, in report order (which is checked)."""
     line_number = 0
+    previous: SortKey | None = None
     for _, line in storage.iter_lines(url):
         line_number += 1
         if not line.strip():
@@ -129,15 +130,13 @@ def _verdicts(url: str) -> dict[SortKey, bool | deque[bool]]:
             key = verdict_key(row)
         except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError):
             raise InputError(f"{url} line {line_number}: not a rollout verdict") from None
-        healthy = row.get("verdict") == HEALTHY
-        known = out.get(key)
-        if known is None:
-            out[key] = healthy
-        elif isinstance(known, deque):
-            known.append(healthy)
-        else:
-            out[key] = deque((known, healthy))
-    return out
+        if previous is not None and key < previous:
+            raise InputError(
+                f"{url} line {line_number}: not in report order (by task, rollout, stage); "
+                "health-check these rollouts again"
+            )
+        previous = key
+        yield key, row.get("verdict") == HEALTHY
 
 
 @dataclass
@@ -146,38 +145,60 @@ class _Counts:
     healthy: int = 0
 
 
-def _healthy_lines(options: HealthyOptions, counts: _Counts) -> Iterator[bytes]:
+def _row_keys(url: str, counts: _Counts) -> Iterator[tuple[SortKey, int]]:
+    """The report key and physical line number of each row of ``url``, counting rows."""
+    line_number = 0
+    for _, line in storage.iter_lines(url):
+        line_number += 1
+        key = row_key(line, line_number, counts.rows)
+        if key is not None:
+            counts.rows += 1
+            yield key, line_number
+
+
+def _healthy_line_numbers(options: HealthyOptions, counts: _Counts, directory: str) -> bytearray:
+    """A flag per physical line of the rollouts: 1 where its row's verdict is healthy.
+
+    The rows' keys are sorted (spilled to ``directory`` beyond a few hundred thousand, so memory
+    stays flat) and walked beside the verdicts, which are in report order: among rows sharing a
+    key, the n-th in the rollouts meets the n-th verdict of that key."""
+    flags = bytearray()
+    verdicts = _verdicts(options.verdicts)
+    for key, line_number in sorted_spilled(_row_keys(options.rollouts, counts), directory):
+        judged = next(verdicts, None)
+        if judged is None or judged[0] > key:
+            missing = f"has no verdict for line {line_number} of {options.rollouts}"
+            _refuse(verdicts, f"{options.verdicts} {missing}")
+        if judged[0] < key:
+            break
+        if judged[1]:
+            counts.healthy += 1
+            if len(flags) <= line_number:
+                flags.extend(bytes(line_number + 1 - len(flags)))
+            flags[line_number] = 1
+    else:
+        if next(verdicts, None) is None:
+            return flags
+    _refuse(verdicts, f"{options.verdicts} judges rows that {options.rollouts} does not hold")
+
+
+def _refuse(verdicts: Iterator[tuple[SortKey, bool]], problem: str) -> NoReturn:
+    """Raise ``problem``, unless the rest of the verdicts is out of report order: then that (the
+    rows and the verdicts cannot be paired, whatever else is wrong)."""
+    for _ in verdicts:
+        pass
+    raise InputError(f"{problem}; health-check these rollouts again")
+
+
+def _healthy_lines(options: HealthyOptions, counts: _Counts, directory: str) -> Iterator[bytes]:
     """The lines of the rollouts whose verdict is healthy, in order, counting rows and healthy
     rows into ``counts``."""
-    verdicts = _verdicts(options.verdicts)
+    flags = _healthy_line_numbers(options, counts, directory)
     line_number = 0
     for _, line in storage.iter_lines(options.rollouts):
         line_number += 1
-        key = row_key(line, line_number, counts.rows)
-        if key is None:
-            continue
-        counts.rows += 1
-        known = verdicts.get(key)
-        if isinstance(known, deque):
-            verdict = known.popleft()
-            if not known:
-                del verdicts[key]
-        elif known is None:
-            raise InputError(
-                f"{options.verdicts} has no verdict for line {line_number} of {options.rollouts}; "
-                "health-check these rollouts again"
-            )
-        else:
-            verdict = known
-            del verdicts[key]
-        if verdict:
-            counts.healthy += 1
+        if line_number < len(flags) and flags[line_number]:
             yield line if line.endswith(b"\n") else line + b"\n"
-    if verdicts:
-        raise InputError(
-            f"{options.verdicts} judges rows that {options.rollouts} does not hold; "
-            "health-check these rollouts again"
-        )
 
 
 @dataclass(frozen=True)
@@ -195,7 +216,7 @@ def _score(options: HealthyOptions) -> _Scored:
     with scratch.temporary_dir("healthy") as directory:
         shard = os.path.join(directory, "healthy.jsonl")
         with open(shard, "wb", buffering=2**20) as handle:
-            handle.writelines(_healthy_lines(options, counts))
+            handle.writelines(_healthy_lines(options, counts, directory))
         reduction, _ = merge_and_reduce([scan_part(shard, 0, scoring, None)], scoring)
         apply_server_metrics(reduction, scoring, [shard])
     return _Scored(reduction, counts.rows, counts.healthy)

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from gymflow import spill
 from gymflow.aggregate import AggregateOptions, run_aggregate
 from gymflow.errors import InputError
 from gymflow.health import HealthOptions, run_health
@@ -92,3 +93,32 @@ def test_reward_lines_name_both_figures_and_their_rollouts() -> None:
         "mean/reward of a: all 0.5 (4 rollouts), healthy 0.75 (3 rollouts)",
         "mean/reward of b: all 0.25 (4 rollouts), healthy n/a (0 rollouts)",
     ]
+
+
+@pytest.mark.parametrize("run_items", [1, 2])
+def test_rows_sorted_through_spilled_runs_keep_their_verdicts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, run_items: int
+) -> None:
+    # the same run as above, its rows' keys sorted through runs of one or two keys on disk
+    monkeypatch.setattr(spill, "RUN_ITEMS", run_items)
+    rows = [
+        _row(1, "b", 1.0, hollow=True),
+        _row(0, "a", 1.0),
+        _row(1, "a", 0.5),
+        _row(0, "b", 0.0, hollow=True),
+    ]
+    rollouts = _write(tmp_path / "run" / "rollouts.jsonl", rows)
+    health = run_health(HealthOptions((str(rollouts),), ignored_checks=("rollout_duplicate_identity",)))
+    outcome = run_healthy_metrics(_options(rollouts, Path(health.verdicts_url)))
+    assert (outcome.rows, outcome.healthy) == (4, 2)
+    rewards = {e["agent_ref"]["name"]: e["agent_metrics"]["mean/reward"] for e in outcome.entries}
+    assert rewards == {"a": 0.75}
+
+
+def test_verdicts_out_of_report_order_are_refused(tmp_path: Path) -> None:
+    rollouts = _write(tmp_path / "run" / "rollouts.jsonl", [_row(0, "a", 1.0), _row(1, "a", 0.0)])
+    health = run_health(HealthOptions((str(rollouts),)))
+    verdicts = Path(health.verdicts_url)
+    verdicts.write_text("".join(reversed(verdicts.read_text().splitlines(keepends=True))))
+    with pytest.raises(InputError, match=r"line 2: not in report order"):
+        run_healthy_metrics(_options(rollouts, verdicts))
