@@ -22,6 +22,7 @@ from gymflow.errors import GymflowError
 from gymflow.gym_config import Routing
 from gymflow.reverify import _guard
 from gymflow.reverify._client import ClientSettings, TransportFactory
+from gymflow.reverify._collect import Collected
 from gymflow.reverify._inputs import Key, Materialized, build_body, read_materialized
 from gymflow.reverify._migrate import migrate_invalid_judge_rows
 from gymflow.reverify._options import ReverifyOptions
@@ -123,6 +124,9 @@ class ReverifyPlan:
     the bytes before it are the user's and stay as they are."""
     launched: frozenset[str] = frozenset()
     """The routed servers gymflow launched (it vouches for their settings; the others' are unverified)."""
+    collected: Collected | None = None
+    """What ``finish`` needs of the output's rows, gathered as they are appended (None: it reads
+    the file; see :mod:`gymflow.reverify._collect`)."""
 
     @property
     def mode(self) -> str:
@@ -172,6 +176,14 @@ class ReverifyPlan:
     def append(self, which: str, line: bytes) -> None:
         handle = self.files[which]
         handle.write(line)
+
+    def append_output(self, line: bytes, row: Mapping[str, Any] | None = None) -> None:
+        """Append a verified row's JSONL ``line``, gathering the row (parsed from ``line`` when
+        not given) for ``finish``."""
+        self.files["output"].write(line)
+        collected = self.collected
+        if collected is not None and not collected.add(orjson.loads(line) if row is None else row, len(line)):
+            self.collected = None
 
     def flush_file(self, which: str) -> None:
         self.files[which].flush()
@@ -403,6 +415,8 @@ def _open_plan(
         tally.failed("unmatched_rollout")
         echo(alarm_line(row))
     plan.flush()
+    if plan.files["output"].size == 0:
+        plan.collected = Collected(routing, options.local_metrics)
     if not plan.work:
         echo(NOTHING)
     if "num_samples_in_parallel" in options.model_fields_set:
