@@ -24,13 +24,16 @@ import asyncio
 import functools
 import random
 import ssl
+import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 import httpx
 import orjson
 
+from gymflow.reverify import _wire
 from gymflow.reverify._classes import FailureClass
 
 __all__ = [
@@ -133,6 +136,28 @@ class _AiohttpSender:
             return _Reply(response.status, response.headers.get("Retry-After"), body)
 
 
+class _WireSender:
+    """Plain-HTTP requests on :class:`~gymflow.reverify._wire.Pool`; an attempt whose connection
+    cannot be opened is made by aiohttp instead (started then), so a refused or unresolvable
+    server's failure reads as aiohttp words it."""
+
+    def __init__(self, stack: AsyncExitStack, workers: int) -> None:
+        self.pool = _wire.Pool()
+        self.stack = stack
+        self.workers = workers
+        self.fallback: _AiohttpSender | None = None
+
+    async def post(self, request: Request) -> _Reply:
+        try:
+            reply = await self.pool.post(request.url, request.content)
+        except _wire.CannotConnect:
+            if self.fallback is None:
+                session = await self.stack.enter_async_context(_aiohttp_session(self.workers, False))
+                self.fallback = _AiohttpSender(session)
+            return await self.fallback.post(request)
+        return _Reply(reply.status, reply.retry_after, reply.body)
+
+
 @functools.lru_cache(maxsize=256)
 def _url(url: str) -> httpx.URL:
     # Parsing the URL was a third of httpx.Request's cost; a run posts to a handful of URLs.
@@ -191,15 +216,14 @@ def _failure(
     return Result(None, failure_fields(kind, type_, message, status, body, attempts))
 
 
-def _aiohttp_errors() -> tuple[type[BaseException], ...]:
-    try:
-        import aiohttp
-    except ImportError:  # pragma: no cover - aiohttp is a dependency
-        return ()
-    return (aiohttp.ClientError,)
-
-
 _TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (TimeoutError, OSError, httpx.TransportError)
+
+
+def _transport_errors() -> tuple[type[BaseException], ...]:
+    """What a failed attempt raises: aiohttp's errors too once it is imported (only then can it
+    raise them; the plain-HTTP sender does not import it unless a connection cannot be opened)."""
+    aiohttp = sys.modules.get("aiohttp")
+    return _TRANSPORT_ERRORS if aiohttp is None else (*_TRANSPORT_ERRORS, aiohttp.ClientError)
 
 
 def _is_timeout(exc: BaseException) -> bool:
@@ -250,14 +274,16 @@ def _answered(reply: _Reply, request: Request, attempt: int) -> Result:
     return _failure("verify_http_error", "HTTPStatusError", message, status, reply.text, attempt)
 
 
-async def _attempts(sender: _Sender, request: Request, settings: ClientSettings, errors: Any) -> Result:
+async def _attempts(sender: _Sender, request: Request, settings: ClientSettings) -> Result:
     last = _failure("verify_connection_error", "NoAttempt", "no attempt made", None, None, 0)
     for attempt in range(1, settings.max_attempts + 1):
         wait: float | None = None
         try:
             async with asyncio.timeout(settings.timeout_s):
                 reply = await sender.post(request)
-        except errors as exc:
+        except Exception as exc:
+            if not isinstance(exc, _transport_errors()):
+                raise
             last = _transport_failure(exc, request, settings.timeout_s, attempt)
         else:
             last = _answered(reply, request, attempt)
@@ -279,12 +305,11 @@ async def _drive(
     on_result: Callable[[T, Result], None],
     workers: int,
 ) -> None:
-    errors = _TRANSPORT_ERRORS + _aiohttp_errors()
 
     async def worker() -> None:
         # Pulling from the shared iterator is synchronous: no two workers ever build the same row.
         for tag, request in items:
-            on_result(tag, await _attempts(sender, request, settings, errors))
+            on_result(tag, await _attempts(sender, request, settings))
 
     # gather, not a TaskGroup: the first error propagates as itself (an InputError or a storage error
     # from ``on_result``), not wrapped in an ExceptionGroup; the other workers are cancelled.
@@ -316,14 +341,22 @@ async def verify_stream(
         async with transport(workers) as sent:
             await _drive(iterator, _HttpxSender(sent, settings.timeout_s), settings, on_result, workers)
         return
+    async with AsyncExitStack() as stack:
+        if tls:
+            session = await stack.enter_async_context(_aiohttp_session(workers, tls))
+            await _drive(iterator, _AiohttpSender(session), settings, on_result, workers)
+        else:
+            wire = _WireSender(stack, workers)
+            stack.callback(wire.pool.close)
+            await _drive(iterator, wire, settings, on_result, workers)
+
+
+def _aiohttp_session(workers: int, tls: bool) -> Any:
     import aiohttp
 
     connector = aiohttp.TCPConnector(limit=workers, ssl=_ssl_context() if tls else False)
     timeout = aiohttp.ClientTimeout(total=None)
-    async with aiohttp.ClientSession(
-        connector=connector, timeout=timeout, cookie_jar=aiohttp.DummyCookieJar()
-    ) as s:
-        await _drive(iterator, _AiohttpSender(s), settings, on_result, workers)
+    return aiohttp.ClientSession(connector=connector, timeout=timeout, cookie_jar=aiohttp.DummyCookieJar())
 
 
 def verify_requests(
