@@ -142,20 +142,33 @@ class ReverifyPlan:
 
     def rows(self) -> Iterator[Routed]:
         """The rows still to verify, in work order, read lazily from the source."""
+        for work, line in self.sources():
+            yield self.routed(work, line)
+
+    def sources(self) -> Iterator[tuple[Work, bytes | None]]:
+        """Each row still to verify, in work order, with its source line (None in ATIF mode),
+        read lazily and not parsed: :meth:`routed` builds the row."""
         if self.options.atif:
             for w in self.work:
-                yield self._routed(w, self.items[w.position])
+                yield w, None
             return
         if not self.work or self.source is None or self.materialized is None:
             return
-        materialized = self.materialized
         wanted = {w.position: w for w in self.work}
         for offset, line in storage.iter_lines(self.source):
             work = wanted.get(offset)
-            if work is None:
-                continue
-            body = build_body(orjson.loads(materialized[work.key]), orjson.loads(line))
-            yield self._routed(work, Item(work.task, work.rollout, body, "", "gym"))
+            if work is not None:
+                yield work, line
+
+    def routed(self, work: Work, line: bytes | None) -> Routed:
+        """The row of ``work`` ready to send, from its source line (:meth:`sources`)."""
+        if line is None:
+            item = self.items[work.position]
+        else:
+            assert self.materialized is not None
+            body = build_body(orjson.loads(self.materialized[work.key]), orjson.loads(line))
+            item = Item(work.task, work.rollout, body, "", "gym")
+        return Routed(item, work.server, self.urls[work.server], work.reverify_key)
 
     def batches(self, size: int = 1000) -> Iterator[list[Routed]]:
         """The rows still to verify in batches of at most ``size``, read lazily from the source."""
@@ -169,9 +182,6 @@ class ReverifyPlan:
                 batch = []
         if batch:
             yield batch
-
-    def _routed(self, work: Work, item: Item) -> Routed:
-        return Routed(item, work.server, self.urls[work.server], work.reverify_key)
 
     def append(self, which: str, line: bytes) -> None:
         handle = self.files[which]
