@@ -45,7 +45,8 @@ class ReverifyOutcome:
 
 
 def _sort_file(path: str, start: int = 0, collected: Collected | None = None) -> int:
-    """Rewrite a local JSONL file in key order (stable, blank lines dropped); the row count.
+    """Rewrite a local JSONL file in key order (stable, blank lines dropped); the row count. The
+    digest of a rewritten file is kept for the provenance record (:func:`provenance.remember`).
 
     Only the lines from byte ``start`` on are sorted: the bytes before it (what an ``--append``
     output held before this run) are kept as they are, in place (§3.10 point 3). With
@@ -72,20 +73,21 @@ def _sort_file(path: str, start: int = 0, collected: Collected | None = None) ->
         return kept + len(spans)
 
     def lines() -> Iterator[bytes]:
-        with open(path, "rb") as source:
-            remaining = start
-            while remaining:
-                block = source.read(min(storage.CHUNK_SIZE, remaining))
+        with open(path, "rb", buffering=0) as source:
+            fd = source.fileno()
+            done = 0
+            while done < start:
+                block = os.pread(fd, min(storage.CHUNK_SIZE, start - done), done)
                 if not block:
                     break
-                remaining -= len(block)
+                done += len(block)
                 yield block
             for _, begin, length in ordered:
-                source.seek(begin)
-                data = source.read(length)
+                data = os.pread(fd, length, begin)
                 yield data if data.endswith(b"\n") else data + b"\n"
 
-    storage.write_atomic_lines(path, lines())
+    sha256, size = storage.write_atomic_lines(path, lines())
+    provenance.remember(path, provenance.FileDigest(storage.to_uri(path), sha256, size))
     return kept + len(spans)
 
 

@@ -141,7 +141,7 @@ def run_reverify(
         marks = timings if timings is not None else {}
         began = time.perf_counter()
         # The provenance record's input digests: hashed on a thread while the run reads and verifies.
-        provenance.prefetch(_inputs(options))
+        provenance.prefetch(options.input_files())
         plan = prepare(
             options, gym_config, echo, warn=warn, transport=transport, guard_transport=guard_transport
         )
@@ -171,17 +171,6 @@ def run_reverify(
             outcome = runs.call(FINISH.writing(written, sources), (plan, echo, ctx))
             marks["finish"] = time.perf_counter() - began
             return outcome
-
-
-def _inputs(options: ReverifyOptions) -> list[str]:
-    """The files the provenance record names as inputs (the recovery sidecar is hashed at the end)."""
-    named = (
-        options.materialized_inputs_jsonl_fpath,
-        options.rollouts_jsonl_fpath,
-        options.atif_manifest_jsonl_fpath,
-        *options.config_paths,
-    )
-    return [path for path in named if path]
 
 
 def _verify_all(plan: ReverifyPlan, executor: Executor, echo: Echo, progress: Progress | None) -> None:
