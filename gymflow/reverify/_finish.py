@@ -6,13 +6,14 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Iterator, Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
 import orjson
 
-from gymflow import provenance, storage
+from gymflow import provenance, storage, threads
 from gymflow.aggregate._metrics import group_metrics
 from gymflow.aggregate._reduce import assign_labels, key_metrics_lines
 from gymflow.aggregate._rows import RowFacts
@@ -143,12 +144,13 @@ def _file_rows(plan: ReverifyPlan) -> Iterator[OutputRow | None]:
                 yield output_row(row, plan.routing, local, f"{plan.paths.output!r} line {number}")
 
 
-def _entries(plan: ReverifyPlan, warn: Echo) -> list[dict[str, Any]]:
-    """One entry per (run label, resources server), sorted by label then server (§4 point 6).
+def _entries(plan: ReverifyPlan) -> tuple[list[dict[str, Any]], str | None]:
+    """One entry per (run label, resources server), sorted by label then server (§4 point 6),
+    and the warning line naming the servers whose own metrics are absent (None: none is).
 
     By default each entry is its resources server's ``/aggregate_metrics`` answer, as 0.7.0
     writes it (§3.10 point 1); with ``local_metrics``, or for a server that cannot answer,
-    gymflow's local computation (one warning names the servers whose own metrics are absent)."""
+    gymflow's local computation."""
     local = plan.options.local_metrics
     facts: dict[tuple[str, str], list[RowFacts]] = {}
     rows: dict[tuple[str, str], list[dict[str, Any]]] = {}
@@ -185,9 +187,21 @@ def _entries(plan: ReverifyPlan, warn: Echo) -> list[dict[str, Any]]:
             entry = {"agent_ref": {"name": label}, **group_metrics(facts[group], label, None, None).blocks()}
         entries.append(((label, group[1]), entry))
     entries.sort(key=lambda pair: pair[0])
-    if absent:
-        warn(_absent_line(absent))
-    return [entry for _, entry in entries]
+    return [entry for _, entry in entries], _absent_line(absent) if absent else None
+
+
+def _started(plan: ReverifyPlan) -> Future[tuple[list[dict[str, Any]], str | None]]:
+    """:func:`_entries` computed on a thread (the server asked for its metrics meanwhile)."""
+    future: Future[tuple[list[dict[str, Any]], str | None]] = Future()
+
+    def compute() -> None:
+        try:
+            future.set_result(_entries(plan))
+        except BaseException as exc:  # noqa: BLE001 - raised where the result is taken
+            future.set_exception(exc)
+
+    threads.start(compute, name="gymflow-reverify-metrics")
+    return future
 
 
 def _absent_line(absent: Mapping[str, str]) -> str:
@@ -329,6 +343,10 @@ def finish(plan: ReverifyPlan, echo: Echo, ctx: RunContext | None = None) -> Rev
         # the rows this run appended are put in key order after them.
         starts = plan.starts if plan.options.append else {}
         plan.close_files()
+        early = None
+        if not plan.options.disable_aggregation and plan.collected is not None and plan.collected.keys:
+            # The metrics need only the gathered rows: computed while the files are sorted.
+            early = _started(plan)
         rows = _sort_file(plan.paths.local_output, starts.get("output", 0), plan.collected)
         _sort_file(plan.paths.local_sidecar, starts.get("sidecar", 0))
         plan.paths.publish()
@@ -345,7 +363,9 @@ def finish(plan: ReverifyPlan, echo: Echo, ctx: RunContext | None = None) -> Rev
         else:
             echo("Computing aggregate metrics")
             if rows:
-                entries = _entries(plan, plan.warn or echo)
+                entries, absent = early.result() if early is not None else _entries(plan)
+                if absent is not None:
+                    (plan.warn or echo)(absent)
                 for entry in entries:
                     echo("")  # 0.7.0 prints a blank line before each "Key metrics for"
                     for line in key_metrics_lines(entry):
