@@ -1,14 +1,18 @@
 """The ``/verify`` client: bounded concurrency, per-request timeouts, retries (reverify.md §4 points 1-2).
 
-Two senders behind one retry/classification loop (:func:`_attempts`), so both classify every outcome
+Three senders behind one retry/classification loop (:func:`_attempts`), so all classify every outcome
 identically (failure class and type, retried statuses, backoff with full jitter, ``Retry-After``,
 the per-request timeout):
 
-* the default, :class:`_AiohttpSender`: one ``aiohttp.ClientSession`` per :func:`verify_stream`
-  call (one call per direct run), a ``TCPConnector`` limited to the concurrency, keep-alive, the
-  prebuilt body bytes posted as they are. No per-request ``httpx`` objects: building an
-  ``httpx.Request``, ``Response.aread()`` and the ``httpx-aiohttp`` adapter cost twice aiohttp's own
-  time per request, and the adapter reports every aiohttp connection error as ``ConnectTimeout``;
+* for servers that are all plain ``http://`` (the default case), :class:`_WireSender`: the
+  prebuilt body bytes posted on keep-alive connections of the event loop's own protocol layer
+  (:mod:`gymflow.reverify._wire`), at most one connection per worker in use. An attempt whose
+  connection cannot be opened is made by aiohttp instead, so its failure reads as aiohttp words it;
+* when any server is ``https://``, :class:`_AiohttpSender`: one ``aiohttp.ClientSession`` per
+  :func:`verify_stream` call, a ``TCPConnector`` limited to the concurrency, keep-alive. No
+  per-request ``httpx`` objects: building an ``httpx.Request``, ``Response.aread()`` and the
+  ``httpx-aiohttp`` adapter cost twice aiohttp's own time per request, and the adapter reports
+  every aiohttp connection error as ``ConnectTimeout``;
 * an injected :data:`TransportFactory` (``httpx.MockTransport`` in unit tests, or any httpx
   transport): :class:`_HttpxSender`, ``httpx.Request`` objects sent straight to the transport.
 
