@@ -30,6 +30,7 @@ import argparse
 import asyncio
 import hashlib
 import os
+import re
 import resource
 import shutil
 import sys
@@ -196,7 +197,9 @@ def run_gymflow(
     import psutil
 
     rows = _count_lines(corpus / reverify_corpus.ROLLOUTS)
-    out_dir = work / label
+    # A path without spaces: an orchestrated run names its outputs as Prefect assets, whose keys
+    # cannot hold one (a run under "gymflow Prefect/" failed at its last step).
+    out_dir = work / re.sub(r"[^A-Za-z0-9._-]+", "-", label).strip("-")
     shutil.rmtree(out_dir, ignore_errors=True)
     out_dir.mkdir(parents=True)
     output = out_dir / "reverified.jsonl"

@@ -263,8 +263,10 @@ def _run_direct(options: Any, gym_config: Mapping[str, Any], ctx: RunContext) ->
 def _run_flow(
     settings: GymflowConfig, options: Any, gym_config: Mapping[str, Any], ctx: RunContext, verbose: bool
 ) -> None:
+    from gymflow import provenance
     from gymflow.cli import orchestrated
 
+    provenance.prefetch(options.input_files())  # hashes while Prefect is imported
     bar = row_progress("Collecting reverification results")
     try:
         with _keyboard_interrupt():

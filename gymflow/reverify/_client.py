@@ -1,14 +1,18 @@
 """The ``/verify`` client: bounded concurrency, per-request timeouts, retries (reverify.md §4 points 1-2).
 
-Two senders behind one retry/classification loop (:func:`_attempts`), so both classify every outcome
+Three senders behind one retry/classification loop (:func:`_attempts`), so all classify every outcome
 identically (failure class and type, retried statuses, backoff with full jitter, ``Retry-After``,
 the per-request timeout):
 
-* the default, :class:`_AiohttpSender`: one ``aiohttp.ClientSession`` per :func:`verify_stream`
-  call (one call per direct run), a ``TCPConnector`` limited to the concurrency, keep-alive, the
-  prebuilt body bytes posted as they are. No per-request ``httpx`` objects: building an
-  ``httpx.Request``, ``Response.aread()`` and the ``httpx-aiohttp`` adapter cost twice aiohttp's own
-  time per request, and the adapter reports every aiohttp connection error as ``ConnectTimeout``;
+* for servers that are all plain ``http://`` (the default case), :class:`_WireSender`: the
+  prebuilt body bytes posted on keep-alive connections of the event loop's own protocol layer
+  (:mod:`gymflow.reverify._wire`), at most one connection per worker in use. An attempt whose
+  connection cannot be opened is made by aiohttp instead, so its failure reads as aiohttp words it;
+* when any server is ``https://``, :class:`_AiohttpSender`: one ``aiohttp.ClientSession`` per
+  :func:`verify_stream` call, a ``TCPConnector`` limited to the concurrency, keep-alive. No
+  per-request ``httpx`` objects: building an ``httpx.Request``, ``Response.aread()`` and the
+  ``httpx-aiohttp`` adapter cost twice aiohttp's own time per request, and the adapter reports
+  every aiohttp connection error as ``ConnectTimeout``;
 * an injected :data:`TransportFactory` (``httpx.MockTransport`` in unit tests, or any httpx
   transport): :class:`_HttpxSender`, ``httpx.Request`` objects sent straight to the transport.
 
@@ -24,13 +28,16 @@ import asyncio
 import functools
 import random
 import ssl
+import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 import httpx
 import orjson
 
+from gymflow.reverify import _wire
 from gymflow.reverify._classes import FailureClass
 
 __all__ = [
@@ -39,6 +46,7 @@ __all__ = [
     "Result",
     "TransportFactory",
     "failure_fields",
+    "secure",
     "verify_requests",
     "verify_stream",
 ]
@@ -107,6 +115,13 @@ def _ssl_context() -> ssl.SSLContext:
     return httpx.create_ssl_context()
 
 
+def secure(urls: Iterable[str]) -> bool:
+    """Whether any of ``urls`` is ``https``. A client for plain-HTTP servers only is made without
+    TLS settings (``verify=False``, ``ssl=False``): it never loads a CA bundle, which cost ~40 ms of
+    start-up per client."""
+    return any(url.lower().startswith("https:") for url in urls)
+
+
 def default_transport(pool: int) -> httpx.AsyncBaseTransport:
     """An httpx transport on aiohttp (kept for callers that want httpx's API on the fast transport)."""
     from httpx_aiohttp import AiohttpTransport
@@ -123,6 +138,28 @@ class _AiohttpSender:
         async with self.session.post(request.url, data=request.content, headers=_AIO_HEADERS) as response:
             body = await response.read()
             return _Reply(response.status, response.headers.get("Retry-After"), body)
+
+
+class _WireSender:
+    """Plain-HTTP requests on :class:`~gymflow.reverify._wire.Pool`; an attempt whose connection
+    cannot be opened is made by aiohttp instead (started then), so a refused or unresolvable
+    server's failure reads as aiohttp words it."""
+
+    def __init__(self, stack: AsyncExitStack, workers: int) -> None:
+        self.pool = _wire.Pool()
+        self.stack = stack
+        self.workers = workers
+        self.fallback: _AiohttpSender | None = None
+
+    async def post(self, request: Request) -> _Reply:
+        try:
+            reply = await self.pool.post(request.url, request.content)
+        except _wire.CannotConnect:
+            if self.fallback is None:
+                session = await self.stack.enter_async_context(_aiohttp_session(self.workers, False))
+                self.fallback = _AiohttpSender(session)
+            return await self.fallback.post(request)
+        return _Reply(reply.status, reply.retry_after, reply.body)
 
 
 @functools.lru_cache(maxsize=256)
@@ -183,15 +220,14 @@ def _failure(
     return Result(None, failure_fields(kind, type_, message, status, body, attempts))
 
 
-def _aiohttp_errors() -> tuple[type[BaseException], ...]:
-    try:
-        import aiohttp
-    except ImportError:  # pragma: no cover - aiohttp is a dependency
-        return ()
-    return (aiohttp.ClientError,)
-
-
 _TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (TimeoutError, OSError, httpx.TransportError)
+
+
+def _transport_errors() -> tuple[type[BaseException], ...]:
+    """What a failed attempt raises: aiohttp's errors too once it is imported (only then can it
+    raise them; the plain-HTTP sender does not import it unless a connection cannot be opened)."""
+    aiohttp = sys.modules.get("aiohttp")
+    return _TRANSPORT_ERRORS if aiohttp is None else (*_TRANSPORT_ERRORS, aiohttp.ClientError)
 
 
 def _is_timeout(exc: BaseException) -> bool:
@@ -242,14 +278,16 @@ def _answered(reply: _Reply, request: Request, attempt: int) -> Result:
     return _failure("verify_http_error", "HTTPStatusError", message, status, reply.text, attempt)
 
 
-async def _attempts(sender: _Sender, request: Request, settings: ClientSettings, errors: Any) -> Result:
+async def _attempts(sender: _Sender, request: Request, settings: ClientSettings) -> Result:
     last = _failure("verify_connection_error", "NoAttempt", "no attempt made", None, None, 0)
     for attempt in range(1, settings.max_attempts + 1):
         wait: float | None = None
         try:
             async with asyncio.timeout(settings.timeout_s):
                 reply = await sender.post(request)
-        except errors as exc:
+        except Exception as exc:
+            if not isinstance(exc, _transport_errors()):
+                raise
             last = _transport_failure(exc, request, settings.timeout_s, attempt)
         else:
             last = _answered(reply, request, attempt)
@@ -271,12 +309,11 @@ async def _drive(
     on_result: Callable[[T, Result], None],
     workers: int,
 ) -> None:
-    errors = _TRANSPORT_ERRORS + _aiohttp_errors()
 
     async def worker() -> None:
         # Pulling from the shared iterator is synchronous: no two workers ever build the same row.
         for tag, request in items:
-            on_result(tag, await _attempts(sender, request, settings, errors))
+            on_result(tag, await _attempts(sender, request, settings))
 
     # gather, not a TaskGroup: the first error propagates as itself (an InputError or a storage error
     # from ``on_result``), not wrapped in an ExceptionGroup; the other workers are cancelled.
@@ -296,24 +333,34 @@ async def verify_stream(
     transport: TransportFactory | None = None,
     *,
     pool: int | None = None,
+    tls: bool = True,
 ) -> None:
     """POST every request of ``items`` (pulled lazily), at most ``settings.concurrency`` in flight,
     calling ``on_result(tag, result)`` in completion order. An exception from ``items`` or
-    ``on_result`` cancels the requests in flight and propagates."""
+    ``on_result`` cancels the requests in flight and propagates. ``tls``: whether any item may
+    post to an ``https`` URL (:func:`secure`)."""
     workers = max(1, min(settings.concurrency, pool if pool is not None else settings.concurrency))
     iterator = iter(items)
     if transport is not None:
         async with transport(workers) as sent:
             await _drive(iterator, _HttpxSender(sent, settings.timeout_s), settings, on_result, workers)
         return
+    async with AsyncExitStack() as stack:
+        if tls:
+            session = await stack.enter_async_context(_aiohttp_session(workers, tls))
+            await _drive(iterator, _AiohttpSender(session), settings, on_result, workers)
+        else:
+            wire = _WireSender(stack, workers)
+            stack.callback(wire.pool.close)
+            await _drive(iterator, wire, settings, on_result, workers)
+
+
+def _aiohttp_session(workers: int, tls: bool) -> Any:
     import aiohttp
 
-    connector = aiohttp.TCPConnector(limit=workers, ssl=_ssl_context())
+    connector = aiohttp.TCPConnector(limit=workers, ssl=_ssl_context() if tls else False)
     timeout = aiohttp.ClientTimeout(total=None)
-    async with aiohttp.ClientSession(
-        connector=connector, timeout=timeout, cookie_jar=aiohttp.DummyCookieJar()
-    ) as s:
-        await _drive(iterator, _AiohttpSender(s), settings, on_result, workers)
+    return aiohttp.ClientSession(connector=connector, timeout=timeout, cookie_jar=aiohttp.DummyCookieJar())
 
 
 def verify_requests(
@@ -326,7 +373,8 @@ def verify_requests(
     result)`` in completion order. Runs its own event loop: callable from any thread."""
     if not requests:
         return
-    run(verify_stream(enumerate(requests), settings, on_result, transport, pool=len(requests)))
+    tls = secure(request.url for request in requests)
+    run(verify_stream(enumerate(requests), settings, on_result, transport, pool=len(requests), tls=tls))
 
 
 def run(coroutine: Any) -> None:

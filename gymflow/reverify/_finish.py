@@ -6,20 +6,22 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Iterator, Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
 import orjson
 
-from gymflow import provenance, storage
+from gymflow import provenance, storage, threads
 from gymflow.aggregate._metrics import group_metrics
 from gymflow.aggregate._reduce import assign_labels, key_metrics_lines
-from gymflow.aggregate._rows import RowFacts, extract
+from gymflow.aggregate._rows import RowFacts
 from gymflow.aggregate._run import metrics_bytes
 from gymflow.aggregate._scan import GroupRef
 from gymflow.errors import InputError
-from gymflow.gym_config import RouteError, resources_server_url
+from gymflow.gym_config import resources_server_url
+from gymflow.reverify._collect import LAST, Collected, OutputRow, SortKey, output_row, sort_key
 from gymflow.reverify._outputs import forget_kept
 from gymflow.reverify._plan import Echo, ReverifyPlan, Tally
 from gymflow.run_context import RunContext
@@ -27,7 +29,6 @@ from gymflow.run_context import RunContext
 __all__ = ["COMMAND", "ReverifyOutcome", "finish"]
 
 COMMAND = "eval reverify"
-_LAST = (float("inf"), float("inf"))
 
 
 @dataclass
@@ -44,44 +45,50 @@ class ReverifyOutcome:
     unsafe_servers: list[str] = field(default_factory=list)
 
 
-def _sort_file(path: str, start: int = 0) -> int:
-    """Rewrite a local JSONL file in key order (stable, blank lines dropped); the row count.
+def _sort_file(path: str, start: int = 0, collected: Collected | None = None) -> int:
+    """Rewrite a local JSONL file in key order (stable, blank lines dropped); the row count. The
+    digest of a rewritten file is kept for the provenance record (:func:`provenance.remember`).
 
     Only the lines from byte ``start`` on are sorted: the bytes before it (what an ``--append``
-    output held before this run) are kept as they are, in place (§3.10 point 3)."""
+    output held before this run) are kept as they are, in place (§3.10 point 3). With
+    ``collected`` (the file holds exactly the lines gathered there) the file is not read first."""
     if not os.path.isfile(path):
         return 0
-    spans: list[tuple[tuple[float, float], int, int]] = []
+    spans: list[tuple[SortKey, int, int]] = []
     kept = 0
-    with open(path, "rb") as handle:
-        offset = 0
-        for line in handle:
-            if offset < start:
-                kept += bool(line.strip())
-            elif line.strip():
-                key = _key_of_line(line)
-                spans.append((key if key is not None else _LAST, offset, len(line)))
-            offset += len(line)
+    if collected is not None:
+        spans = [(key, *span) for key, span in zip(collected.keys, collected.spans, strict=True)]
+        offset = collected.size
+    else:
+        with open(path, "rb") as handle:
+            offset = 0
+            for line in handle:
+                if offset < start:
+                    kept += bool(line.strip())
+                elif line.strip():
+                    spans.append((_key_of_line(line), offset, len(line)))
+                offset += len(line)
     ordered = sorted(spans, key=lambda span: span[0])
     whole = offset - start == sum(span[2] for span in spans)
     if ordered == spans and whole and (offset == start or _ends_with_newline(path, offset)):
         return kept + len(spans)
 
     def lines() -> Iterator[bytes]:
-        with open(path, "rb") as source:
-            remaining = start
-            while remaining:
-                block = source.read(min(storage.CHUNK_SIZE, remaining))
+        with open(path, "rb", buffering=0) as source:
+            fd = source.fileno()
+            done = 0
+            while done < start:
+                block = os.pread(fd, min(storage.CHUNK_SIZE, start - done), done)
                 if not block:
                     break
-                remaining -= len(block)
+                done += len(block)
                 yield block
             for _, begin, length in ordered:
-                source.seek(begin)
-                data = source.read(length)
+                data = os.pread(fd, length, begin)
                 yield data if data.endswith(b"\n") else data + b"\n"
 
-    storage.write_atomic_lines(path, lines())
+    sha256, size = storage.write_atomic_lines(path, lines())
+    provenance.remember(path, provenance.FileDigest(storage.to_uri(path), sha256, size))
     return kept + len(spans)
 
 
@@ -93,47 +100,20 @@ class _KeyFields(msgspec.Struct):
 _KEY_DECODER = msgspec.json.Decoder(_KeyFields)
 
 
-def _key_of_line(line: bytes) -> tuple[float, float]:
-    """The sort key of one line: its top-level (task, rollout) when both are integers, else last.
+def _key_of_line(line: bytes) -> SortKey:
+    """The sort key of one line (:func:`sort_key`); a line that is not a JSON object goes last.
     Only the two fields are decoded (a full parse of each row cost 3x as much)."""
     try:
         fields = _KEY_DECODER.decode(line)
     except (msgspec.DecodeError, msgspec.ValidationError):
-        return _LAST
-    if type(fields.task) is int and type(fields.rollout) is int:
-        return fields.task, fields.rollout
-    return _LAST
+        return LAST
+    return sort_key(fields.task, fields.rollout)
 
 
 def _ends_with_newline(path: str, end: int) -> bool:
     with open(path, "rb") as handle:
         handle.seek(max(end - 1, 0))
         return handle.read(1) == b"\n"
-
-
-def _label_key(row: Mapping[str, Any]) -> tuple[str, str] | None:
-    stamp = row.get("_ng_environment_server")
-    agent_ref = row.get("agent_ref")
-    agent = agent_ref.get("name") if isinstance(agent_ref, Mapping) else None
-    if isinstance(stamp, str) and stamp:
-        return stamp, agent if isinstance(agent, str) and agent else stamp
-    if isinstance(agent, str) and agent:
-        return agent, agent
-    return None
-
-
-_NOT_SENT = ("response", "responses_create_params", "_ng_atif_provenance", "_ng_reverify_key")
-"""What 0.7.0 strips before ``/aggregate_metrics``, and gymflow's own content key (the server
-gets the rows 0.7.0 would send it)."""
-
-
-def _strip(row: Mapping[str, Any]) -> dict[str, Any]:
-    out = {k: v for k, v in row.items() if k not in _NOT_SENT}
-    response = row.get("response")
-    usage = response.get("usage") if isinstance(response, Mapping) else None
-    if usage:
-        out["response"] = {"usage": usage}
-    return out
 
 
 _ENTRY_BLOCKS: dict[str, type] = {
@@ -145,16 +125,9 @@ _ENTRY_BLOCKS: dict[str, type] = {
 """The blocks of a metrics-file entry, after ``agent_ref``, in 0.7.0's order, and their JSON types."""
 
 
-def _entries(plan: ReverifyPlan, warn: Echo) -> list[dict[str, Any]]:
-    """One entry per (run label, resources server), sorted by label then server (§4 point 6).
-
-    By default each entry is its resources server's ``/aggregate_metrics`` answer, as 0.7.0
-    writes it (§3.10 point 1); with ``local_metrics``, or for a server that cannot answer,
-    gymflow's local computation (one warning names the servers whose own metrics are absent)."""
+def _file_rows(plan: ReverifyPlan) -> Iterator[OutputRow | None]:
+    """The metrics rows of the sorted output, read back from the file."""
     local = plan.options.local_metrics
-    facts: dict[tuple[str, str], list[RowFacts]] = {}
-    rows: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    refs: dict[tuple[str, str], GroupRef] = {}
     with open(plan.paths.local_output, "rb") as handle:
         for number, line in enumerate(handle, 1):
             if not line.strip():
@@ -167,18 +140,33 @@ def _entries(plan: ReverifyPlan, warn: Echo) -> list[dict[str, Any]]:
                     f"{plan.paths.output!r} holds a line that is not a JSON row ({exc}): "
                     f"{line[:60]!r}. Remove that line, or pass --overwrite to start over."
                 ) from None
-            labelled = _label_key(row) if isinstance(row, dict) else None
-            if labelled is None:
-                continue
-            try:
-                server = plan.routing.route_row(row)
-            except RouteError:
-                server = ""
-            group = (labelled[0], server)
-            refs.setdefault(group, GroupRef(labelled[0], "_ng_environment_server" in row, labelled[1]))
-            facts.setdefault(group, []).append(extract(row, None, f"{plan.paths.output!r} line {number}"))
-            if not local:
-                rows.setdefault(group, []).append(_strip(row))
+            if isinstance(row, dict):
+                yield output_row(row, plan.routing, local, f"{plan.paths.output!r} line {number}")
+
+
+def _entries(plan: ReverifyPlan) -> tuple[list[dict[str, Any]], str | None]:
+    """One entry per (run label, resources server), sorted by label then server (§4 point 6),
+    and the warning line naming the servers whose own metrics are absent (None: none is).
+
+    By default each entry is its resources server's ``/aggregate_metrics`` answer, as 0.7.0
+    writes it (§3.10 point 1); with ``local_metrics``, or for a server that cannot answer,
+    gymflow's local computation."""
+    local = plan.options.local_metrics
+    facts: dict[tuple[str, str], list[RowFacts]] = {}
+    rows: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    refs: dict[tuple[str, str], GroupRef] = {}
+    collected = plan.collected
+    gathered = (
+        _file_rows(plan) if collected is None else (collected.rows[index] for index in collected.order())
+    )
+    for each in gathered:
+        if each is None:
+            continue
+        group = (each.label[0], each.server)
+        refs.setdefault(group, GroupRef(each.label[0], each.environment, each.label[1]))
+        facts.setdefault(group, []).append(each.facts)
+        if each.sent is not None:
+            rows.setdefault(group, []).append(each.sent)
     servers_of: dict[str, set[str]] = {}
     for label, server in refs:
         servers_of.setdefault(label, set()).add(server)
@@ -199,9 +187,21 @@ def _entries(plan: ReverifyPlan, warn: Echo) -> list[dict[str, Any]]:
             entry = {"agent_ref": {"name": label}, **group_metrics(facts[group], label, None, None).blocks()}
         entries.append(((label, group[1]), entry))
     entries.sort(key=lambda pair: pair[0])
-    if absent:
-        warn(_absent_line(absent))
-    return [entry for _, entry in entries]
+    return [entry for _, entry in entries], _absent_line(absent) if absent else None
+
+
+def _started(plan: ReverifyPlan) -> Future[tuple[list[dict[str, Any]], str | None]]:
+    """:func:`_entries` computed on a thread (the server asked for its metrics meanwhile)."""
+    future: Future[tuple[list[dict[str, Any]], str | None]] = Future()
+
+    def compute() -> None:
+        try:
+            future.set_result(_entries(plan))
+        except BaseException as exc:  # noqa: BLE001 - raised where the result is taken
+            future.set_exception(exc)
+
+    threads.start(compute, name="gymflow-reverify-metrics")
+    return future
 
 
 def _absent_line(absent: Mapping[str, str]) -> str:
@@ -223,6 +223,7 @@ def _server_blocks(
     import httpx
 
     from gymflow.aggregate._server import ServerMetricsError, ServerSettings, post_metrics
+    from gymflow.reverify._client import secure
 
     # A server no row of this run was sent to (e.g. --resume with nothing left) is asked at
     # its configured address, as 0.7.0 asks every configured server.
@@ -233,7 +234,9 @@ def _server_blocks(
         timeout_s=plan.options.verify_timeout_s, max_attempts=plan.options.verify_max_attempts
     )
     try:
-        with httpx.Client(timeout=httpx.Timeout(settings.timeout_s), trust_env=False) as client:
+        timeout = httpx.Timeout(settings.timeout_s)
+        # No CA bundle loaded for plain HTTP.
+        with httpx.Client(timeout=timeout, trust_env=False, verify=secure([url])) as client:
             answer = post_metrics(client, server, url, rows, settings)
     except ServerMetricsError as exc:
         prefix = f"aggregate metrics: resources server {server!r} failed: "
@@ -340,9 +343,15 @@ def finish(plan: ReverifyPlan, echo: Echo, ctx: RunContext | None = None) -> Rev
         # the rows this run appended are put in key order after them.
         starts = plan.starts if plan.options.append else {}
         plan.close_files()
-        rows = _sort_file(plan.paths.local_output, starts.get("output", 0))
+        early = None
+        if not plan.options.disable_aggregation and plan.collected is not None and plan.collected.keys:
+            # The metrics need only the gathered rows: computed while the files are sorted.
+            early = _started(plan)
+        rows = _sort_file(plan.paths.local_output, starts.get("output", 0), plan.collected)
         _sort_file(plan.paths.local_sidecar, starts.get("sidecar", 0))
         plan.paths.publish()
+        # Hashed on a thread while the metrics are computed (and the server is asked for them).
+        provenance.prefetch([plan.paths.output, plan.paths.sidecar])
         metrics: str | None = None
         data: bytes | None = None
         entries: list[dict[str, Any]] = []
@@ -354,7 +363,9 @@ def finish(plan: ReverifyPlan, echo: Echo, ctx: RunContext | None = None) -> Rev
         else:
             echo("Computing aggregate metrics")
             if rows:
-                entries = _entries(plan, plan.warn or echo)
+                entries, absent = early.result() if early is not None else _entries(plan)
+                if absent is not None:
+                    (plan.warn or echo)(absent)
                 for entry in entries:
                     echo("")  # 0.7.0 prints a blank line before each "Key metrics for"
                     for line in key_metrics_lines(entry):

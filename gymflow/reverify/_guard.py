@@ -61,8 +61,11 @@ def read_modes(
     transport: httpx.BaseTransport | None = None,
 ) -> dict[str, str]:
     """Each named server's mode, asked once each, in name order."""
-    with httpx.Client(transport=transport, trust_env=False) as client:
-        return {name: _mode(client, name, urls[name], attempts, timeout_s) for name in sorted(set(names))}
+    from gymflow.reverify._client import secure
+
+    wanted = sorted(set(names))
+    with httpx.Client(transport=transport, trust_env=False, verify=secure(urls[n] for n in wanted)) as client:
+        return {name: _mode(client, name, urls[name], attempts, timeout_s) for name in wanted}
 
 
 def unsafe(modes: Mapping[str, str]) -> list[str]:

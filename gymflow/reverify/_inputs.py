@@ -90,10 +90,14 @@ class Materialized:
     one is spooled once into a temporary file, removed by :meth:`close` (or when the index is
     garbage-collected)."""
 
-    def __init__(self, path: str, spans: dict[Key, int], spooled: bool) -> None:
+    def __init__(
+        self, path: str, spans: dict[Key, int], spooled: bool, routes: dict[Key, RouteFields] | None = None
+    ) -> None:
         self.path = path
         self.spans = spans  # offset << 32 | length
         self.spooled = spooled
+        self.routes = routes if routes is not None else {}
+        """Per key of a flat row (no ``task_input`` object), the fields its body is routed by."""
         self._fd: int | None = None
         self._cleanup = weakref.finalize(self, scratch.discard, path) if spooled else None
 
@@ -136,10 +140,34 @@ class Materialized:
         return state
 
 
+RouteFields = Mapping[str, Any]
+"""The fields of a ``/verify`` body its server is routed by (:data:`ROUTE_FIELDS`)."""
+
+ROUTE_FIELDS = ("agent_ref", "task_source", "_ng_environment_server")
+"""What routing reads of a body (:meth:`gymflow.gym_config.Routing.route_row`). A flat
+materialized row's body takes them from that row alone (:func:`build_body` adds only the
+rollout's ``response``, ``deliverables_dir`` and ``reference_ids``)."""
+
+
+def route_fields(row: Mapping[str, Any], shared: dict[bytes, RouteFields]) -> RouteFields | None:
+    """The :data:`ROUTE_FIELDS` of a flat materialized row (one object per distinct value, from
+    ``shared``), or None for a row with a ``task_input`` object (its body is built to route it)."""
+    if isinstance(row.get("task_input"), Mapping):
+        return None
+    fields = {name: row[name] for name in ROUTE_FIELDS if name in row}
+    try:
+        key = orjson.dumps(fields)
+    except TypeError:
+        return fields
+    return shared.setdefault(key, fields)
+
+
 def read_materialized(url: str, warn: Warn) -> Materialized:
     """Materialized rows by key (exact line bytes, without terminator); the last row of a key wins
     and one warning names the repeated keys."""
     spans: dict[Key, int] = {}
+    routes: dict[Key, RouteFields] = {}
+    shared: dict[bytes, RouteFields] = {}
     repeated: dict[Key, None] = {}
     local = storage.is_local(url)
     spool: Any = None
@@ -160,6 +188,11 @@ def read_materialized(url: str, warn: Warn) -> Materialized:
                 offset = written
                 written += len(raw) + 1
             spans[key] = offset << 32 | len(raw)
+            fields = route_fields(row, shared)
+            if fields is None:
+                routes.pop(key, None)
+            else:
+                routes[key] = fields
     except BaseException:
         if spool is not None:
             spool.close()
@@ -174,7 +207,7 @@ def read_materialized(url: str, warn: Warn) -> Materialized:
             f"{len(keys)} materialized input key(s) repeated in {url!r}; the last row of each is used: "
             f"[{shown}]"
         )
-    return Materialized(path, spans, spooled=spool is not None)
+    return Materialized(path, spans, spooled=spool is not None, routes=routes)
 
 
 def content_sha256(materialized: bytes, source: bytes) -> str:

@@ -108,6 +108,16 @@ class ReverifyOptions(BaseModel):
         """The settings as plain data (for the provenance record)."""
         return self.model_dump(mode="json")
 
+    def input_files(self) -> list[str]:
+        """The files the provenance record digests as inputs (besides a recovery run's source sidecar)."""
+        named = (
+            self.materialized_inputs_jsonl_fpath,
+            self.rollouts_jsonl_fpath,
+            self.atif_manifest_jsonl_fpath,
+            *self.config_paths,
+        )
+        return [path for path in named if path]
+
 
 CONFIG_KEYS = tuple(ReverifyOptions.model_fields)
 """Top-level config keys that belong to the command rather than to a Gym server block."""

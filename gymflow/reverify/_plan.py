@@ -22,6 +22,7 @@ from gymflow.errors import GymflowError
 from gymflow.gym_config import Routing
 from gymflow.reverify import _guard
 from gymflow.reverify._client import ClientSettings, TransportFactory
+from gymflow.reverify._collect import Collected
 from gymflow.reverify._inputs import Key, Materialized, build_body, read_materialized
 from gymflow.reverify._migrate import migrate_invalid_judge_rows
 from gymflow.reverify._options import ReverifyOptions
@@ -123,6 +124,9 @@ class ReverifyPlan:
     the bytes before it are the user's and stay as they are."""
     launched: frozenset[str] = frozenset()
     """The routed servers gymflow launched (it vouches for their settings; the others' are unverified)."""
+    collected: Collected | None = None
+    """What ``finish`` needs of the output's rows, gathered as they are appended (None: it reads
+    the file; see :mod:`gymflow.reverify._collect`)."""
 
     @property
     def mode(self) -> str:
@@ -138,20 +142,33 @@ class ReverifyPlan:
 
     def rows(self) -> Iterator[Routed]:
         """The rows still to verify, in work order, read lazily from the source."""
+        for work, line in self.sources():
+            yield self.routed(work, line)
+
+    def sources(self) -> Iterator[tuple[Work, bytes | None]]:
+        """Each row still to verify, in work order, with its source line (None in ATIF mode),
+        read lazily and not parsed: :meth:`routed` builds the row."""
         if self.options.atif:
             for w in self.work:
-                yield self._routed(w, self.items[w.position])
+                yield w, None
             return
         if not self.work or self.source is None or self.materialized is None:
             return
-        materialized = self.materialized
         wanted = {w.position: w for w in self.work}
         for offset, line in storage.iter_lines(self.source):
             work = wanted.get(offset)
-            if work is None:
-                continue
-            body = build_body(orjson.loads(materialized[work.key]), orjson.loads(line))
-            yield self._routed(work, Item(work.task, work.rollout, body, "", "gym"))
+            if work is not None:
+                yield work, line
+
+    def routed(self, work: Work, line: bytes | None) -> Routed:
+        """The row of ``work`` ready to send, from its source line (:meth:`sources`)."""
+        if line is None:
+            item = self.items[work.position]
+        else:
+            assert self.materialized is not None
+            body = build_body(orjson.loads(self.materialized[work.key]), orjson.loads(line))
+            item = Item(work.task, work.rollout, body, "", "gym")
+        return Routed(item, work.server, self.urls[work.server], work.reverify_key)
 
     def batches(self, size: int = 1000) -> Iterator[list[Routed]]:
         """The rows still to verify in batches of at most ``size``, read lazily from the source."""
@@ -166,12 +183,17 @@ class ReverifyPlan:
         if batch:
             yield batch
 
-    def _routed(self, work: Work, item: Item) -> Routed:
-        return Routed(item, work.server, self.urls[work.server], work.reverify_key)
-
     def append(self, which: str, line: bytes) -> None:
         handle = self.files[which]
         handle.write(line)
+
+    def append_output(self, line: bytes, row: Mapping[str, Any] | None = None) -> None:
+        """Append a verified row's JSONL ``line``, gathering the row (parsed from ``line`` when
+        not given) for ``finish``."""
+        self.files["output"].write(line)
+        collected = self.collected
+        if collected is not None and not collected.add(orjson.loads(line) if row is None else row, len(line)):
+            self.collected = None
 
     def flush_file(self, which: str) -> None:
         self.files[which].flush()
@@ -403,6 +425,8 @@ def _open_plan(
         tally.failed("unmatched_rollout")
         echo(alarm_line(row))
     plan.flush()
+    if plan.files["output"].size == 0:
+        plan.collected = Collected(routing, options.local_metrics)
     if not plan.work:
         echo(NOTHING)
     if "num_samples_in_parallel" in options.model_fields_set:

@@ -15,8 +15,9 @@ row in the output or the sidecar exactly once for ``--resume``.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any, Final
@@ -47,12 +48,14 @@ Progress = Callable[[int, int, int], None]
 @dataclass(frozen=True)
 class BatchJob:
     """One batch: the run's plan (live: a batch runs where the run does), its rows (pulled
-    lazily), how many, and where each completed row goes."""
+    lazily, as the requests go out), how many, where each completed row goes, and (for a cached
+    batch) each row's server and content key."""
 
     plan: ReverifyPlan
     rows: Iterable[Routed]
     count: int
     on_row: OnRow
+    keys: tuple[tuple[str, str], ...] = ()
 
 
 class FailedRows(GymflowError):
@@ -80,18 +83,18 @@ def _batch_key(job: BatchJob) -> str:
     again. A server gymflow launches on a port it picks is named by its configured host and its
     launch recipe, so a rerun still finds the batches of the previous launch. The output location
     is not part of the key: a stored batch is written into whichever output the run has."""
-    if not isinstance(job.rows, Sequence):
-        raise TypeError("a cached batch must hold its rows")
+    if len(job.keys) != job.count:
+        raise TypeError("a cached batch must name its rows' keys")
     plan = job.plan
     settings = {"retry_invalid_judge_responses": plan.options.retry_invalid_judge_responses}
-    sources = [("row", routed.reverify_key) for routed in job.rows]
+    sources = [("row", key) for _, key in job.keys]
     verifier = {
         name: {
             "address": _address(plan, name),
             "config_sha256": plan.verifier_hashes.get(name),
             "reverify_mode": plan.modes.get(name),
         }
-        for name in sorted({routed.server for routed in job.rows})
+        for name in sorted({server for server, _ in job.keys})
     }
     key = provenance.cache_key("task:reverify-batch", settings, sources, verifier)
     return "reverify-batch-" + key.removeprefix("sha256:")
@@ -137,6 +140,8 @@ def run_reverify(
     with lineage.run(COMMAND, ctx), ctx.active(), ctx.lock(options.output_jsonl_fpath, COMMAND):
         marks = timings if timings is not None else {}
         began = time.perf_counter()
+        # The provenance record's input digests: hashed on a thread while the run reads and verifies.
+        provenance.prefetch(options.input_files())
         plan = prepare(
             options, gym_config, echo, warn=warn, transport=transport, guard_transport=guard_transport
         )
@@ -194,20 +199,31 @@ def _verify_all(plan: ReverifyPlan, executor: Executor, echo: Echo, progress: Pr
         if progress is not None:
             progress(done, failures, total)
 
-    batches: Iterable[Sequence[Routed] | None]
-    batches = plan.batches(BATCH_ROWS) if executor.persistent else [None]
-    for batch in batches:
+    def run(job: BatchJob) -> None:
+        nonlocal done, failures
         before = done
-        rows: Iterable[Routed] = plan.rows() if batch is None else batch
-        count = total if batch is None else len(batch)
         try:
-            result = executor.call(VERIFY_BATCH, BatchJob(plan, rows, count, on_row))
+            result = executor.call(VERIFY_BATCH, job)
         except FailedRows as failed:
             result = failed.result
         plan.flush()
-        if done == before and count:  # found in the result store: no row completed in this run
+        if done == before and job.count:  # found in the result store: no row completed in this run
             record_batch(plan, result, echo)
-            done += count
+            done += job.count
             failures += len(result.failures)
             if progress is not None:
                 progress(done, failures, total)
+
+    if not executor.persistent:
+        run(BatchJob(plan, plan.rows(), total, on_row))
+        return
+    # Batches of the work list: a batch's cache key needs only its rows' content keys, and its rows
+    # are read and built as its requests go out (no pause to read the next batch first).
+    sources = plan.sources()
+    for start in range(0, total, BATCH_ROWS):
+        works = plan.work[start : start + BATCH_ROWS]
+        pulled = itertools.islice(sources, len(works))
+        rows = (plan.routed(work, line) for work, line in pulled)
+        run(BatchJob(plan, rows, len(works), on_row, tuple((w.server, w.reverify_key) for w in works)))
+        for _ in pulled:  # a batch found in the result store read none of its rows
+            pass

@@ -133,8 +133,10 @@ def select_native(
             continue
         if "response" not in row:
             raise missing_response(key, row)
-        body = build_body(orjson.loads(line), row)
-        server, fallback = route(routing, body)
+        fields = materialized.routes.get(key)
+        if fields is None:  # a task_input row: its body is built (and checked) to route it
+            fields = build_body(orjson.loads(line), row)
+        server, fallback = route(routing, fields)
         selection.fallback_used = selection.fallback_used or fallback
         selection.work.append(
             Work(

@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 
-from gymflow.reverify._client import Request, Result, failure_fields, run, verify_stream
+from gymflow.reverify._client import Request, Result, failure_fields, run, secure, verify_stream
 from gymflow.reverify._plan import Echo, ReverifyPlan, Routed
 from gymflow.reverify._results import Destination, alarm_line, answer_problem, classify, stamp
 
@@ -113,7 +113,8 @@ def verify_batch(
 
     size = count if count is not None else len(batch)  # type: ignore[arg-type]
     if size:
-        run(verify_stream(requests_of(batch), plan.settings, on_result, plan.transport, pool=size))
+        tls = secure(plan.urls.values())
+        run(verify_stream(requests_of(batch), plan.settings, on_result, plan.transport, pool=size, tls=tls))
     return result
 
 
@@ -127,7 +128,11 @@ def record_row(
     if destination == "none":
         tally.no_persist += 1
         return
-    plan.append(destination, dumps(row))
+    line = dumps(row)
+    if destination == "output":
+        plan.append_output(line, row)
+    else:
+        plan.append(destination, line)
     if flush:
         plan.flush_file(destination)
     if destination == "output":
@@ -141,7 +146,10 @@ def record_batch(plan: ReverifyPlan, result: BatchResult, echo: Echo) -> None:
     """Append successes to the output and failures to the sidecar (flushed), print the 🚨 lines."""
     tally = plan.tally
     for destination, line in result.lines:
-        plan.append(destination, line)
+        if destination == "output":
+            plan.append_output(line)
+        else:
+            plan.append(destination, line)
     plan.flush()
     tally.verified += result.verified
     tally.no_persist += result.no_persist

@@ -38,6 +38,7 @@ import yaml
 from gymflow import lifeline, scratch
 from gymflow.errors import GymflowError
 from gymflow.gym_config import ADDRESS_KEYS, verifier_sha256
+from gymflow.reverify._client import secure
 
 DEFAULT_HOST = "127.0.0.1"
 GYM_HEAD_SERVER_PORT = 11000
@@ -225,7 +226,8 @@ def answers(url: str, timeout_s: float = 1.0) -> bool:
     """Whether anything answers ``GET <url>/reverify_mode`` with an HTTP response (any status)."""
     host = urlsplit(url).hostname or ""
     try:
-        with httpx.Client(timeout=timeout_s, trust_env=host not in _LOOPBACK) as client:
+        verify = secure([url])  # no CA bundle loaded for plain HTTP
+        with httpx.Client(timeout=timeout_s, trust_env=host not in _LOOPBACK, verify=verify) as client:
             client.get(url.rstrip("/") + "/reverify_mode")
     except httpx.HTTPError:
         return False

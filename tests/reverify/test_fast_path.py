@@ -17,7 +17,8 @@ import pytest
 
 from gymflow.reverify._client import ClientSettings, Request, Result, verify_requests, verify_stream
 from gymflow.reverify._client import run as run_loop
-from gymflow.reverify._finish import _LAST, _key_of_line
+from gymflow.reverify._collect import LAST as _LAST
+from gymflow.reverify._finish import _key_of_line
 from gymflow.reverify._inputs import read_materialized
 from tests.reverify.server_process import ServerProcess, free_port, mcqa_rows
 

@@ -143,3 +143,20 @@ def test_local_and_server_metrics_exclude_each_other(case: Case) -> None:
     assert outcome.code == 2
     assert "`local_metrics` and `server_metrics` are mutually exclusive" in outcome.err
     assert not case.output.exists()
+
+
+@pytest.mark.parametrize("metrics", ["--server-metrics", "--local-metrics"])
+def test_rows_gathered_while_appended_give_the_files_read_back_gives(
+    case: Case, monkeypatch: pytest.MonkeyPatch, metrics: str
+) -> None:
+    from gymflow.reverify._collect import Collected
+
+    gathered = case.run(metrics, output=case.path("gathered.jsonl"))
+    monkeypatch.setattr(Collected, "add", lambda self, row, length: False)  # finish reads the file back
+    read_back = case.run(metrics, output=case.path("read_back.jsonl"), write=False)
+    assert gathered.code == read_back.code == 0
+    assert gathered.out.replace(str(case.path("gathered")), str(case.path("read_back"))) == read_back.out
+    for suffix in (".jsonl", "_failures.jsonl", "_aggregate_metrics.json"):
+        first, second = case.path(f"gathered{suffix}"), case.path(f"read_back{suffix}")
+        assert first.read_bytes() == second.read_bytes(), suffix
+    assert case.path("gathered.jsonl").read_bytes().count(b"\n") == 9
