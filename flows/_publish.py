@@ -14,12 +14,11 @@ import re
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, TypedDict
+from typing import Any
 from uuid import UUID
 
 from prefect import get_client
 from prefect.artifacts import Artifact, LinkArtifact, MarkdownArtifact, ProgressArtifact, TableArtifact
-from prefect.assets import Asset
 from prefect.client.orchestration import SyncPrefectClient
 from prefect.client.schemas.actions import ArtifactCreate, ArtifactUpdate
 from prefect.context import FlowRunContext
@@ -35,20 +34,6 @@ def orchestrator() -> dict[str, Any]:
         "flow_run_id": flow_run.get_id(),
         "flow_run_url": flow_run.get_flow_run_ui_url(),
     }
-
-
-class Lineage(TypedDict):
-    assets: list[str | Asset]
-    asset_deps: list[str | Asset]
-
-
-def lineage(outputs: Sequence[str], inputs: Sequence[str]) -> Lineage:
-    """``with_options`` arguments of a materialising task: the reports it writes as assets, the
-    inputs they derive from as upstream assets (absolute URIs)."""
-    return Lineage(
-        assets=[storage.to_uri(url) for url in outputs],
-        asset_deps=list(dict.fromkeys(storage.to_uri(url) for url in inputs)),
-    )
 
 
 def artifact_key(command: str, location: str) -> str:

@@ -13,6 +13,7 @@ failures are retried.
 from __future__ import annotations
 
 import errno
+import hashlib
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import partial
@@ -24,6 +25,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.client.schemas.objects import State as _State
 from prefect.client.schemas.objects import TaskRun
 from prefect.context import TaskRunContext
+from prefect.types.names import MAX_ASSET_KEY_LENGTH, RESTRICTED_ASSET_CHARACTERS
 from prefect.utilities.annotations import quote
 
 from gymflow import parallel, storage
@@ -33,6 +35,24 @@ from gymflow.run_context import RunContext
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+
+def asset_key(url: str) -> str:
+    """The Prefect asset key of a file: its absolute URI where Prefect's asset keys accept it. A
+    character they refuse (a space, ``%``, ``#``, ...) is written ``~`` and two hex digits per
+    UTF-8 byte, and a key longer than they allow keeps its start and ends with 16 hex of the URI's
+    SHA-256, so every path has a key and two paths do not share one."""
+    uri = storage.to_uri(url)
+    if any(char in uri for char in RESTRICTED_ASSET_CHARACTERS):
+        uri = "".join(
+            "".join(f"~{byte:02x}" for byte in char.encode()) if char in RESTRICTED_ASSET_CHARACTERS else char
+            for char in uri
+        )
+    if len(uri) > MAX_ASSET_KEY_LENGTH:
+        digest = hashlib.sha256(uri.encode()).hexdigest()[:16]
+        uri = f"{uri[: MAX_ASSET_KEY_LENGTH - 17]}~{digest}"
+    return uri
+
 
 RETRY_DELAYS_S = [1.0, 4.0, 10.0]
 """Three retries of a transient storage failure, after 1, 4 and 10 seconds."""
@@ -117,8 +137,8 @@ class PrefectExecutor:
             made = task(**options)(body)
         else:
             outputs, inputs = step.lineage
-            assets = [storage.to_uri(url) for url in outputs]
-            deps = list(dict.fromkeys(storage.to_uri(url) for url in inputs))
+            assets = [asset_key(url) for url in outputs]
+            deps = list(dict.fromkeys(asset_key(url) for url in inputs))
             made = materialize(*assets, asset_deps=deps, **options)(body)  # type: ignore[arg-type]
         self._tasks[key] = made
         return made
