@@ -16,7 +16,6 @@ import msgspec
 from pydantic import TypeAdapter, ValidationError
 
 from gymflow.evidence import (
-    AgentObservationBundle,
     ObservationGap,
     ResponseMetadata,
     TokenStats,
@@ -27,6 +26,7 @@ from gymflow.evidence import (
     identifies_a_call,
 )
 from gymflow.evidence.lax import fail
+from gymflow.evidence.observations import dump_bundle
 from gymflow.evidence.structs import convert_trajectory
 from gymflow.evidence.trajectory import NonNegative
 from gymflow.join._identity import projection_identity
@@ -294,11 +294,7 @@ def project(row: Obj, bundle: Obj | None = None, *, owned_calls: bool = False) -
     observations = row.get("ng_agent_observations")
     if observations is not None:
         try:
-            validated = (
-                bundle
-                if bundle is not None
-                else AgentObservationBundle.model_validate(observations).model_dump()
-            )
+            validated = bundle if bundle is not None else dump_bundle(observations)
         except Exception as exc:  # noqa: BLE001
             gaps.append(_gap("agent_observations_invalid", type(exc).__name__))
         else:
