@@ -19,7 +19,7 @@ import orjson
 
 from gymflow import provenance, storage
 from gymflow.errors import GymflowError, InputError
-from gymflow.join._capture_store import JSONL_SUFFIX, MARKER_SUFFIX, CaptureStore
+from gymflow.join._capture_store import JSONL_SUFFIX, MARKER_SUFFIX, CaptureStore, read_local
 from gymflow.join._row import join_row_outcome
 from gymflow.join._settings import COMMAND, JoinSettings
 from gymflow.join._stats import JoinStats
@@ -284,7 +284,17 @@ def cache_key(settings: JoinSettings, rollouts_sha: str, capture: Iterable[prove
 def _listed_digest(uri: str, url: str) -> provenance.FileDigest:
     """The digest of a listed capture entry; one that cannot be read (a directory named like a
     capture file, a FIFO, a permission problem) counts as ``unreadable`` instead of stopping the
-    join: a row that names it gets the ``model_call_capture_unreadable`` gap, others ignore it."""
+    join: a row that names it gets the ``model_call_capture_unreadable`` gap, others ignore it.
+
+    A local file is read whole in one go (capture files are many and small); any problem is left
+    to :func:`provenance.digest`, which names it."""
+    if storage.is_local(url):
+        try:
+            data = read_local(url.removeprefix("file://"))
+        except OSError:
+            pass
+        else:
+            return provenance.FileDigest(uri, hashlib.sha256(data).hexdigest(), len(data))
     try:
         return provenance.digest(url)
     except GymflowError as exc:
