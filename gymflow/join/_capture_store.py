@@ -21,7 +21,7 @@ from typing import Any, Final, Protocol
 
 import orjson
 
-from gymflow import storage
+from gymflow import provenance, storage
 from gymflow.errors import GymflowError
 from gymflow.join._call_records import build_record
 
@@ -44,13 +44,9 @@ MARKER_SUFFIX: Final = ".capture.incomplete"
 Obj = dict[str, Any]
 
 
-@dataclass(frozen=True)
-class FileRead:
-    """A capture file the join read: record URI, SHA-256 and size of the bytes it used."""
-
-    uri: str
-    sha256: str
-    bytes: int
+FileRead = provenance.FileDigest
+"""A capture file the join read: record URI, SHA-256 and size of the bytes it used (as the
+provenance record lists it, so the record is built from them without a copy)."""
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ file (:func:`join_range`), then :func:`concatenate_parts` and :func:`finish`.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import logging
 import os
 import uuid
@@ -261,13 +262,14 @@ class PartAppender:
         return self.digest.hexdigest(), self.size
 
 
-def capture_listing(settings: JoinSettings) -> list[tuple[str, str]]:
-    """``(record URI, readable URL)`` of every capture file and marker in the directory, sorted."""
+def capture_listing(settings: JoinSettings) -> Iterator[tuple[str, str]]:
+    """``(record URI, readable URL)`` of every capture file and marker in the directory, sorted
+    (made one at a time: a store may hold a file per rollout)."""
     if settings.capture_dir is None:
-        return []
+        return
     store = CaptureStore(settings.capture_dir)
-    names = store.list_names() or frozenset()
-    return [(store.uri(name), store.url(name)) for name in sorted(names)]
+    for name in sorted(store.list_names() or ()):
+        yield store.uri(name), store.url(name)
 
 
 def _capture_role(uri: str) -> str:
@@ -323,12 +325,9 @@ def finish(
     Inputs: the rollouts file and every capture file read; capture files in the directory that no
     row read are hashed too, for the cache key only.
     """
-    read = {d.uri: provenance.FileDigest(d.uri, d.sha256, d.bytes) for d in stats.files_read}
-    everything = dict(read)
-    for uri, url in capture_listing(settings):
-        if uri not in everything:
-            everything[uri] = _listed_digest(uri, url)
-    key = cache_key(settings, rollouts.sha256, everything.values())
+    read = {d.uri: d for d in stats.files_read}
+    unread = (_listed_digest(uri, url) for uri, url in capture_listing(settings) if uri not in read)
+    key = cache_key(settings, rollouts.sha256, itertools.chain(read.values(), unread))
     record = provenance.build_record(
         command=COMMAND,
         cache_key=key,
