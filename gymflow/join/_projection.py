@@ -192,9 +192,17 @@ def _answer(response: Any) -> tuple[Any, Any, int]:
         return None, None, 0
     output = response.get("output")
     if isinstance(output, list):
-        answers = [item for item in output if isinstance(item, dict) and item.get("type") != "reasoning"]
-        thoughts = [item for item in output if isinstance(item, dict) and item.get("type") == "reasoning"]
-        tools = sum(1 for item in output if isinstance(item, dict) and item.get("type") == "function_call")
+        answers: list[Obj] = []
+        thoughts: list[Obj] = []
+        tools = 0
+        for item in output:
+            if isinstance(item, dict):
+                kind = item.get("type")
+                if kind == "reasoning":
+                    thoughts.append(item)
+                else:
+                    answers.append(item)
+                    tools += kind == "function_call"
         return answers, (thoughts or None), tools
     choices = response.get("choices")
     if isinstance(choices, list) and choices and isinstance(choices[0], dict):
