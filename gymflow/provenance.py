@@ -43,7 +43,7 @@ FileStatus = Literal["ok", "changed", "missing"]
 OrchestratorKind = Literal["prefect", "direct"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class FileDigest:
     """One file as a record lists it: normalised URI, lowercase hex SHA-256 and size in bytes."""
 
