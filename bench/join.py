@@ -17,14 +17,16 @@ tree's peak RSS (target <= 300 MB, flat from 10k to 40k), and the CPU-seconds ra
 which a machine shared with other work distorts less. Floor and join alternate ``--repeat`` times
 (default 3); each figure is the best. ``--corpus`` (default both): ``bench.join_corpus`` (1) or
 ``bench.corpus2``'s pre-join runs (2: its shapes, ``--avg-bytes`` a rollout, one capture file
-each).
+each). ``--small-files`` adds a third: ``bench.join_corpus`` rollouts with two short calls each
+and 35 % more capture files than rows (files no row reads), where per-file costs dominate.
 Usage: ``python -m bench.join [--sizes 5000 20000] [--seed 0] [--repeat 3] [--workers N]
-[--corpus 1|2|both]``.
+[--corpus 1|2|both] [--small-files]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import shutil
@@ -44,6 +46,8 @@ from bench.health import _generator_fingerprint, corpus_names, run_measured  # n
 from bench.join_corpus import write_run  # noqa: E402
 
 CORPUS = Path(__file__).parent / "_corpus"
+SMALL_FILES = "small files"
+"""The ``--small-files`` corpus's name."""
 
 _CHILD = """
 import json, resource, sys, time
@@ -73,9 +77,12 @@ print(json.dumps(report), file=sys.stderr)
 
 def corpus(rows: int, seed: int, generator: str = "1", avg_bytes: int = 8_000) -> Path:
     """The cached run directory for ``rows`` rollouts (generated once): ``bench.join_corpus``
-    (``generator`` "1") or ``bench.corpus2``'s pre-join run ("2", ``avg_bytes`` a rollout)."""
+    (``generator`` "1"), ``bench.corpus2``'s pre-join run ("2", ``avg_bytes`` a rollout) or the
+    small-files run (:data:`SMALL_FILES`)."""
     if generator == "1":
         run_dir = CORPUS / f"join-{rows}-{seed}"
+    elif generator == SMALL_FILES:
+        run_dir = CORPUS / f"join-small-{rows}-{seed}"
     else:
         run_dir = CORPUS / f"join2-{rows}-avg{avg_bytes}-{seed}-{_generator_fingerprint(generator)}"
     done = run_dir / ".complete"
@@ -84,11 +91,24 @@ def corpus(rows: int, seed: int, generator: str = "1", avg_bytes: int = 8_000) -
         start = time.perf_counter()
         if generator == "1":
             write_run(run_dir, rows, seed=seed, calls=5, call_bytes=2000)
+        elif generator == SMALL_FILES:
+            _write_small_files(run_dir, rows, seed)
         else:
             corpus2.write_prejoin_run(run_dir, rows, seed=seed, avg_bytes=avg_bytes)
         done.write_text("ok\n")
         print(f"  generated {rows} rollouts in {time.perf_counter() - start:.1f}s", file=sys.stderr)
     return run_dir
+
+
+def _write_small_files(run_dir: Path, rows: int, seed: int) -> None:
+    """``bench.join_corpus`` with two short calls a rollout, and 35 % more capture files than
+    rows: the rollouts of the extra files are cut from the end of ``rollouts.jsonl``, so no row
+    reads them (the issue's unseen corpus had 20,000 rows and 27,000 capture files)."""
+    write_run(run_dir, rows * 27 // 20, seed=seed, calls=2, call_bytes=400)
+    path = run_dir / "rollouts.jsonl"
+    with open(path, "rb") as f:
+        kept = b"".join(itertools.islice(f, rows))
+    path.write_bytes(kept)
 
 
 def parse_all(run_dir: Path) -> tuple[float, float, int]:
@@ -155,8 +175,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--avg-bytes", type=int, default=8_000, help="rollout size of corpus 2 (default 8000)"
     )
+    parser.add_argument(
+        "--small-files",
+        action="store_true",
+        help="also a corpus of small rollouts with 35%% more capture files than rows",
+    )
     args = parser.parse_args(argv)
-    for generator in corpus_names(args.corpus):
+    for generator in corpus_names(args.corpus) + ([SMALL_FILES] if args.small_files else []):
         tag = f"[corpus {generator}]"
         rows = []
         for size in args.sizes:

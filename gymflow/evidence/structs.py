@@ -30,7 +30,7 @@ from pydantic.fields import FieldInfo
 # read_trajectory applies trajectory.py's depth rule (free_form_too_deep) exactly as it does.
 from gymflow.evidence.trajectory import TrajectoryRecord, free_form_too_deep, validate_trajectory
 
-__all__ = ["STRUCTS", "convert_trajectory", "read_trajectory"]
+__all__ = ["STRUCTS", "convert_trajectory", "read_trajectory", "struct_converters"]
 
 _BOUNDS = ("ge", "gt", "le", "lt")
 """The ``annotated_types`` bounds pydantic keeps in field metadata (``Ge(ge=0)``, ...)."""
@@ -210,6 +210,26 @@ _TRAJECTORY = _generator.struct(TrajectoryRecord)
 _VALIDATE = _walker(_generator, TrajectoryRecord) or (lambda _: None)
 STRUCTS: typing.Mapping[type[BaseModel], type[msgspec.Struct]] = types.MappingProxyType(_generator.structs)
 """The Struct generated for each model, the nested ones included."""
+
+
+def struct_converters(models: typing.Sequence[type[BaseModel]]) -> list[Callable[[Any], Any]]:
+    """For each of ``models``, a function converting a raw value to that model's Struct (made by
+    a generator of their own, so :data:`STRUCTS` stays the trajectory's) and running the model's
+    validators on it: equal values to pydantic's, or an exception where the caller must take the
+    exact path (any exception: the fast path never decides an error)."""
+    generator = _Generator()
+    converters: list[Callable[[Any], Any]] = []
+    for model in models:
+        struct = generator.struct(model)
+        validate = _walker(generator, model) or (lambda _: None)
+
+        def convert(raw: Any, struct: type[msgspec.Struct] = struct, validate: _Step = validate) -> Any:
+            record = msgspec.convert(raw, struct)
+            validate(record)
+            return record
+
+        converters.append(convert)
+    return converters
 
 
 def convert_trajectory(raw: Any) -> TrajectoryRecord | None:

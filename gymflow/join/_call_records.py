@@ -102,8 +102,6 @@ def _tools_and_reasoning(response: Obj) -> tuple[list[Obj], str | None]:
     tools: list[Obj] = []
     texts: list[str] = []
     output = response.get("output")
-    choices = response.get("choices")
-    content = response.get("content")
     if isinstance(output, list):
         for item in output:
             if not isinstance(item, dict):
@@ -117,12 +115,17 @@ def _tools_and_reasoning(response: Obj) -> tuple[list[Obj], str | None]:
                         "arguments": parse_arguments(item.get("arguments")),
                     }
                 )
-            elif kind == "reasoning" and isinstance(item.get("summary"), list):
-                for part in item["summary"]:
-                    text = part.get("text") if isinstance(part, dict) else None
-                    if isinstance(text, str) and text:
-                        texts.append(text)
-    elif isinstance(choices, list):
+            elif kind == "reasoning":
+                summary = item.get("summary")
+                if isinstance(summary, list):
+                    for part in summary:
+                        text = part.get("text") if isinstance(part, dict) else None
+                        if isinstance(text, str) and text:
+                            texts.append(text)
+        return tools, ("\n".join(texts) if texts else None)
+    choices = response.get("choices")
+    content = response.get("content")
+    if isinstance(choices, list):
         for choice in choices:
             message = choice.get("message") if isinstance(choice, dict) else None
             if not isinstance(message, dict):
@@ -182,19 +185,12 @@ def _bad(name: str, value: Any) -> NoReturn:
     fail(name, f"wrong type: {value!r}")
 
 
-def _opt_float(line: Obj, name: str) -> Any:
-    """``line[name]`` as an optional float: the exact JSON type as it is, else pydantic's lax rule."""
-    value = line.get(name)
-    if value is not None and type(value) is not float:
-        return lax_float(value, name)
-    return value
-
-
 def build_record(line: Obj, position: int, *, payloads: bool = True) -> Obj:
     """The ``ModelCallRecord`` of a parsed capture line at non-blank position ``position``.
 
     With ``payloads=False`` the four payload keys are left out (the ``multimodal_history_redacted`` rule).
-    Values of the exact JSON type take a fast path; anything else goes through pydantic's lax rules.
+    Values of the exact JSON type are taken as they are (a float where a float is declared); anything
+    else goes through pydantic's lax rules.
     """
     get = line.get
     raw_response = get("response")
@@ -223,10 +219,18 @@ def build_record(line: Obj, position: int, *, payloads: bool = True) -> Obj:
     status_code = get("status_code")
     if status_code is not None and type(status_code) is not int:
         status_code = lax_int(status_code, "status_code")
-    started = _opt_float(line, "started_at")
-    completed = _opt_float(line, "completed_at")
-    latency = _opt_float(line, "latency_ms")
-    ttft = _opt_float(line, "latency_ttft_ms")
+    started = get("started_at")
+    if started is not None and type(started) is not float:
+        started = lax_float(started, "started_at")
+    completed = get("completed_at")
+    if completed is not None and type(completed) is not float:
+        completed = lax_float(completed, "completed_at")
+    latency = get("latency_ms")
+    if latency is not None and type(latency) is not float:
+        latency = lax_float(latency, "latency_ms")
+    ttft = get("latency_ttft_ms")
+    if ttft is not None and type(ttft) is not float:
+        ttft = lax_float(ttft, "latency_ttft_ms")
     category = get("error_category")
     if category is not None and type(category) is not str:
         _bad("error_category", category)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Final
 
-from gymflow.evidence import AgentObservationBundle
+from gymflow.evidence.observations import dump_bundle
 from gymflow.join._capture_store import CaptureRead, CaptureSource
 from gymflow.join._identity import capture_key
 from gymflow.join._reference_join import join_references
@@ -146,7 +146,7 @@ def merge_capture(row: Obj, source: CaptureSource) -> bool:
     joined: Obj | None = None
     if observations is not None:
         try:
-            joined = AgentObservationBundle.model_validate(observations).model_dump()
+            joined = dump_bundle(observations)
             if joined["source"] == "claude_code":
                 compaction_hook(joined, calls)
             join_references(joined, calls)

@@ -10,16 +10,18 @@ read means no calls and the gap ``model_call_capture_unreadable``.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
 import os
+import stat
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
 import orjson
 
-from gymflow import storage
+from gymflow import provenance, storage
 from gymflow.errors import GymflowError
 from gymflow.join._call_records import build_record
 
@@ -31,6 +33,7 @@ __all__ = [
     "CaptureStore",
     "FileRead",
     "parse_capture",
+    "read_local",
 ]
 
 logger = logging.getLogger(__name__)
@@ -41,13 +44,9 @@ MARKER_SUFFIX: Final = ".capture.incomplete"
 Obj = dict[str, Any]
 
 
-@dataclass(frozen=True)
-class FileRead:
-    """A capture file the join read: record URI, SHA-256 and size of the bytes it used."""
-
-    uri: str
-    sha256: str
-    bytes: int
+FileRead = provenance.FileDigest
+"""A capture file the join read: record URI, SHA-256 and size of the bytes it used (as the
+provenance record lists it, so the record is built from them without a copy)."""
 
 
 @dataclass(frozen=True)
@@ -65,6 +64,29 @@ class CaptureSource(Protocol):
     """Anything that can answer for a rollout id; :class:`CaptureStore` reads a directory."""
 
     def read(self, rollout_id: str, *, payloads: bool = True) -> CaptureRead: ...
+
+
+_READ_FLAGS: Final = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+
+
+def read_local(path: str) -> bytes:
+    """The bytes of the local regular file ``path``, read to its end; ``OSError`` for anything
+    else (opened without blocking, so a FIFO is refused instead of waited on)."""
+    fd = os.open(path, _READ_FLAGS)
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):  # as open() says it
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", path)
+        chunks = []
+        want = info.st_size + 1  # one more than its size: a file that grew is read on
+        while chunk := os.read(fd, want):
+            chunks.append(chunk)
+            want = storage.LOCAL_CHUNK_SIZE
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 # str.strip() removes these ASCII characters too (bytes.strip() only the first six).
@@ -174,8 +196,7 @@ class CaptureStore:
 
     def _read_bytes(self, name: str) -> bytes:
         if self._local:
-            with open(self._path(name), "rb") as f:
-                return f.read()
+            return read_local(self._path(name))
         fs, path = storage.filesystem(self._url(name))
         return bytes(fs.cat_file(path))
 

@@ -9,6 +9,7 @@ file (:func:`join_range`), then :func:`concatenate_parts` and :func:`finish`.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import logging
 import os
 import uuid
@@ -19,7 +20,7 @@ import orjson
 
 from gymflow import provenance, storage
 from gymflow.errors import GymflowError, InputError
-from gymflow.join._capture_store import JSONL_SUFFIX, MARKER_SUFFIX, CaptureStore
+from gymflow.join._capture_store import JSONL_SUFFIX, MARKER_SUFFIX, CaptureStore, read_local
 from gymflow.join._row import join_row_outcome
 from gymflow.join._settings import COMMAND, JoinSettings
 from gymflow.join._stats import JoinStats
@@ -261,13 +262,14 @@ class PartAppender:
         return self.digest.hexdigest(), self.size
 
 
-def capture_listing(settings: JoinSettings) -> list[tuple[str, str]]:
-    """``(record URI, readable URL)`` of every capture file and marker in the directory, sorted."""
+def capture_listing(settings: JoinSettings) -> Iterator[tuple[str, str]]:
+    """``(record URI, readable URL)`` of every capture file and marker in the directory, sorted
+    (made one at a time: a store may hold a file per rollout)."""
     if settings.capture_dir is None:
-        return []
+        return
     store = CaptureStore(settings.capture_dir)
-    names = store.list_names() or frozenset()
-    return [(store.uri(name), store.url(name)) for name in sorted(names)]
+    for name in sorted(store.list_names() or ()):
+        yield store.uri(name), store.url(name)
 
 
 def _capture_role(uri: str) -> str:
@@ -284,7 +286,17 @@ def cache_key(settings: JoinSettings, rollouts_sha: str, capture: Iterable[prove
 def _listed_digest(uri: str, url: str) -> provenance.FileDigest:
     """The digest of a listed capture entry; one that cannot be read (a directory named like a
     capture file, a FIFO, a permission problem) counts as ``unreadable`` instead of stopping the
-    join: a row that names it gets the ``model_call_capture_unreadable`` gap, others ignore it."""
+    join: a row that names it gets the ``model_call_capture_unreadable`` gap, others ignore it.
+
+    A local file is read whole in one go (capture files are many and small); any problem is left
+    to :func:`provenance.digest`, which names it."""
+    if storage.is_local(url):
+        try:
+            data = read_local(url.removeprefix("file://"))
+        except OSError:
+            pass
+        else:
+            return provenance.FileDigest(uri, hashlib.sha256(data).hexdigest(), len(data))
     try:
         return provenance.digest(url)
     except GymflowError as exc:
@@ -313,12 +325,9 @@ def finish(
     Inputs: the rollouts file and every capture file read; capture files in the directory that no
     row read are hashed too, for the cache key only.
     """
-    read = {d.uri: provenance.FileDigest(d.uri, d.sha256, d.bytes) for d in stats.files_read}
-    everything = dict(read)
-    for uri, url in capture_listing(settings):
-        if uri not in everything:
-            everything[uri] = _listed_digest(uri, url)
-    key = cache_key(settings, rollouts.sha256, everything.values())
+    read = {d.uri: d for d in stats.files_read}
+    unread = (_listed_digest(uri, url) for uri, url in capture_listing(settings) if uri not in read)
+    key = cache_key(settings, rollouts.sha256, itertools.chain(read.values(), unread))
     record = provenance.build_record(
         command=COMMAND,
         cache_key=key,

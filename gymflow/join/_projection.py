@@ -16,7 +16,6 @@ import msgspec
 from pydantic import TypeAdapter, ValidationError
 
 from gymflow.evidence import (
-    AgentObservationBundle,
     ObservationGap,
     ResponseMetadata,
     TokenStats,
@@ -27,6 +26,7 @@ from gymflow.evidence import (
     identifies_a_call,
 )
 from gymflow.evidence.lax import fail
+from gymflow.evidence.observations import dump_bundle
 from gymflow.evidence.structs import convert_trajectory
 from gymflow.evidence.trajectory import NonNegative
 from gymflow.join._identity import projection_identity
@@ -192,9 +192,17 @@ def _answer(response: Any) -> tuple[Any, Any, int]:
         return None, None, 0
     output = response.get("output")
     if isinstance(output, list):
-        answers = [item for item in output if isinstance(item, dict) and item.get("type") != "reasoning"]
-        thoughts = [item for item in output if isinstance(item, dict) and item.get("type") == "reasoning"]
-        tools = sum(1 for item in output if isinstance(item, dict) and item.get("type") == "function_call")
+        answers: list[Obj] = []
+        thoughts: list[Obj] = []
+        tools = 0
+        for item in output:
+            if isinstance(item, dict):
+                kind = item.get("type")
+                if kind == "reasoning":
+                    thoughts.append(item)
+                else:
+                    answers.append(item)
+                    tools += kind == "function_call"
         return answers, (thoughts or None), tools
     choices = response.get("choices")
     if isinstance(choices, list) and choices and isinstance(choices[0], dict):
@@ -294,11 +302,7 @@ def project(row: Obj, bundle: Obj | None = None, *, owned_calls: bool = False) -
     observations = row.get("ng_agent_observations")
     if observations is not None:
         try:
-            validated = (
-                bundle
-                if bundle is not None
-                else AgentObservationBundle.model_validate(observations).model_dump()
-            )
+            validated = bundle if bundle is not None else dump_bundle(observations)
         except Exception as exc:  # noqa: BLE001
             gaps.append(_gap("agent_observations_invalid", type(exc).__name__))
         else:

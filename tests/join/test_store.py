@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 import pytest
 
 from gymflow.join import CaptureStore, RowError, RowKeyError, capture_key, projection_identity
+from gymflow.join._capture_store import read_local
 from tests.join.helpers import L, bundle, codes, inv, join, jsonl, outcome, ref, row, store
 
 
@@ -202,6 +204,22 @@ def test_capture_file_that_is_not_jsonl(tmp_path: Path) -> None:
     assert out["ng_model_call_capture"]["gaps"] == [
         {"code": "model_call_capture_records_unreadable", "detail": "count=2"}
     ]
+
+
+def test_an_entry_that_is_not_a_regular_file_is_unreadable_without_blocking(tmp_path: Path) -> None:
+    """A directory or a FIFO named like a capture file gives the unreadable gap (a FIFO is not
+    waited on); a file grown beyond the size first seen is read to its end."""
+    directory = tmp_path / "model-calls"
+    directory.mkdir()
+    (directory / "1-0.capture.jsonl").mkdir()
+    os.mkfifo(directory / "1-1.capture.jsonl")
+    (directory / "1-2.capture.jsonl").write_bytes(jsonl(L("a"), L("b")))
+    source = CaptureStore(str(directory))
+    for rollout in (0, 1):
+        capture = join(row(1, rollout), source)["ng_model_call_capture"]  # type: ignore[arg-type]
+        assert capture["gaps"] == [{"code": "model_call_capture_unreadable"}]
+    assert [c["model_call_id"] for c in source.read("1-2").records] == ["a", "b"]
+    assert read_local(str(directory / "1-2.capture.jsonl")) == jsonl(L("a"), L("b"))
 
 
 def test_store_reads_crlf_and_cr_line_ends_like_text_mode() -> None:
