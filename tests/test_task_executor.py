@@ -82,3 +82,26 @@ def test_what_counts_as_transient(tmp_path: Path) -> None:
             raise StorageError(f"cannot write: {exc}") from exc
     except StorageError as wrapped:
         assert not prefect_executor.is_transient(wrapped)
+
+
+@pytest.mark.parametrize(
+    ("path", "key"),
+    [
+        ("/runs/a/rollouts.jsonl", "file:///runs/a/rollouts.jsonl"),
+        ("/runs/my run/x%1#.jsonl", "file:///runs/my~20run/x~251~23.jsonl"),
+        ("s3://bucket/a b", "s3://bucket/a~20b"),
+    ],
+)
+def test_asset_keys_are_uris_prefect_accepts(path: str, key: str) -> None:
+    from prefect.types.names import validate_valid_asset_key
+
+    assert prefect_executor.asset_key(path) == key
+    assert validate_valid_asset_key(key) == key
+
+
+def test_a_long_path_keeps_its_start_and_a_hash() -> None:
+    from prefect.types.names import MAX_ASSET_KEY_LENGTH
+
+    one, other = (prefect_executor.asset_key(f"/{'d' * 600}/{name}") for name in ("a", "b"))
+    assert len(one) == len(other) == MAX_ASSET_KEY_LENGTH and one != other
+    assert one.startswith("file:///ddd")

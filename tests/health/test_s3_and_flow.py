@@ -92,3 +92,17 @@ def test_prefect_flow_writes_the_same_bytes(
     # rows must name the file of this run.
     assert cli(["eval", "health-check", str(moved_dir), "--workers", "2"], capsys)[0] == 0
     assert Outcome(moved_dir).verdict_bytes == direct_out.verdict_bytes.replace(b"/direct/", b"/moved/")
+
+
+def test_a_path_prefect_asset_keys_refuse_still_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A space, ``%`` or ``#`` cannot be in a Prefect asset key; the run's reports are its assets
+    under a key of their own (``~`` and the byte in hex) instead of failing the last step."""
+    run_dir = tmp_path / "my run %1 #2"
+    run_dir.mkdir()
+    write_lines(run_dir / "rollouts.jsonl", _mixed_rows())
+    code, stdout = cli(["eval", "health-check", str(run_dir)], capsys)
+    assert code == 0, cli.last_err  # type: ignore[attr-defined]
+    assert stdout.startswith("Rollout health: 143 checked")
+    assert (run_dir / "quality_summary.provenance.json").is_file()
