@@ -15,6 +15,7 @@ other layout is parsed whole, as before.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
@@ -33,15 +34,21 @@ _INDENTED = b"[\n  {\n"
 _GROUPS_OPEN = b'\n    "group_level_metrics": [\n'
 _GROUPS_CLOSE = b"\n    ]"
 _GROUP_START = b"\n      {"
+_ROLLOUTS = re.compile(rb'\n        "num_rollouts": (-?[0-9][0-9.eE+-]*)[,\n]')
+"""A group's ``num_rollouts`` (a key of an object at depth 4: eight spaces)."""
+_HOLD = 64
+"""Bytes at the end of a chunk held for the next: more than any pattern above spans."""
 
 
 @dataclass(frozen=True)
 class MetricsFile:
-    """The entries of a metrics file (each group list cut to its first :data:`GROUP_ROWS`), and the
-    number of groups each entry has in the file, in entry order."""
+    """The entries of a metrics file (each group list cut to its first ``groups``), the number of
+    groups each entry has in the file and the rollouts they cover, in entry order."""
 
     entries: list[dict[str, Any]]
     group_totals: list[int]
+    rollouts: list[int]
+    """The ``num_rollouts`` of every group of each entry, summed: the rollouts its statistics cover."""
 
 
 class _Scanner:
@@ -71,34 +78,38 @@ class _Scanner:
         before, self._buffer = self._buffer[:at], self._buffer[cut:]
         return before, True
 
-    def region(self, end: bytes, item: bytes, keep: int) -> tuple[bytes, int]:
+    def region(self, end: bytes, item: bytes, keep: int) -> tuple[bytes, int, int]:
         """Up to ``end`` (consumed, or to the end of the file): the bytes before its ``keep``-th
-        ``item`` (counting from 0; all of them when there are fewer) and how many ``item`` it holds.
-        Only the kept bytes and one chunk are ever in memory."""
+        ``item`` (counting from 0; all of them when there are fewer), how many ``item`` it holds and
+        the sum of its groups' ``num_rollouts``. Only the kept bytes and one chunk are in memory."""
         kept: list[bytes] = []
-        seen = 0
+        seen = rollouts = 0
         while True:
             at = self._buffer.find(end)
-            while at < 0 and len(self._buffer) < len(item) + len(end) and self._more():
+            while at < 0 and len(self._buffer) < 2 * _HOLD and self._more():
                 at = self._buffer.find(end)
             # this round takes the bytes before ``cut``: up to ``end`` when it is here, else all but
-            # what could be the start of ``end`` or of an ``item``; an ``item`` that starts before
-            # ``cut`` lies whole before ``reach``
+            # the last _HOLD; an ``item`` or a ``num_rollouts`` that starts before ``cut`` lies
+            # whole in the buffer
             if at >= 0:
                 cut = reach = at
             elif self._eof:
                 cut = reach = len(self._buffer)
             else:
-                cut = len(self._buffer) - max(len(end), len(item)) + 1
+                cut = len(self._buffer) - _HOLD
                 reach = cut + len(item) - 1
             items = self._buffer.count(item, 0, reach)
+            for found in _ROLLOUTS.finditer(self._buffer, 0, len(self._buffer) if at < 0 else at + 1):
+                if found.start() >= cut:
+                    break
+                rollouts += int(orjson.loads(found.group(1)))
             if seen <= keep:
                 stop = cut if seen + items <= keep else _nth(self._buffer, item, keep - seen)
                 kept.append(self._buffer[:stop])
             seen += items
             if at >= 0 or self._eof:
                 self._buffer = self._buffer[at + len(end) :] if at >= 0 else b""
-                return b"".join(kept), seen
+                return b"".join(kept), seen, rollouts
             self._buffer = self._buffer[cut:]
             self._more()
 
@@ -122,26 +133,31 @@ def _groups(entry: dict[str, Any]) -> list[Any] | None:
     return groups if isinstance(groups, list) else None
 
 
-def _parse_whole(data: bytes) -> MetricsFile | None:
+def _covered(groups: list[Any]) -> int:
+    return sum(int(group.get("num_rollouts", 0)) for group in groups if isinstance(group, dict))
+
+
+def _parse_whole(data: bytes, keep: int) -> MetricsFile | None:
     try:
         entries = _entries(orjson.loads(data))
     except orjson.JSONDecodeError:
         return None
     if entries is None:
         return None
-    totals = []
+    totals, rollouts = [], []
     for entry in entries:
         groups = _groups(entry) or []
         totals.append(len(groups))
-        if len(groups) > GROUP_ROWS:
-            entry["group_level_metrics"] = groups[:GROUP_ROWS]
-    return MetricsFile(entries, totals)
+        rollouts.append(_covered(groups))
+        if len(groups) > keep:
+            entry["group_level_metrics"] = groups[:keep]
+    return MetricsFile(entries, totals, rollouts)
 
 
-def _parse_indented(handle: BinaryIO) -> MetricsFile | None:
+def _parse_indented(handle: BinaryIO, keep: int) -> MetricsFile | None:
     scanner = _Scanner(handle)
     kept: list[bytes] = []
-    counts: list[int] = []
+    counts: list[tuple[int, int]] = []
     while True:
         # the opening line with its newline: a list that is not empty; the newline stays, so every
         # object of the list starts with _GROUP_START
@@ -149,32 +165,34 @@ def _parse_indented(handle: BinaryIO) -> MetricsFile | None:
         kept.append(before)
         if not found:
             break
-        groups, total = scanner.region(_GROUPS_CLOSE, _GROUP_START, GROUP_ROWS)
+        groups, total, rollouts = scanner.region(_GROUPS_CLOSE, _GROUP_START, keep)
         # a cut list ends with the comma that separated its last kept object from the next one
         kept += [_GROUPS_OPEN[:-1], groups.rstrip(b","), _GROUPS_CLOSE]
-        counts.append(total)
+        counts.append((total, rollouts))
     try:
         entries = _entries(orjson.loads(b"".join(kept)))
     except orjson.JSONDecodeError:
         return None
     if entries is None:
         return None
-    totals = iter(counts)
     # each non-empty list of groups at an entry's level is one count, in order
-    return MetricsFile(entries, [next(totals, 0) if _groups(e) else 0 for e in entries])
+    lists = iter(counts)
+    each = [next(lists, (0, 0)) if _groups(e) else (0, 0) for e in entries]
+    return MetricsFile(entries, [total for total, _ in each], [rollouts for _, rollouts in each])
 
 
-def read_metrics_file(url: str) -> MetricsFile | None:
-    """The metrics file at ``url`` as :class:`MetricsFile`; None when it is missing, is not JSON or
-    is not a list."""
+def read_metrics_file(url: str, groups: int | None = None) -> MetricsFile | None:
+    """The metrics file at ``url`` as :class:`MetricsFile`, each entry with its first ``groups``
+    groups (:data:`GROUP_ROWS` by default); None when it is missing, is not JSON or is not a list."""
+    groups = GROUP_ROWS if groups is None else groups
     if not storage.isfile(url):
         return None
     try:
         with storage.open_read(url) as handle:
             head = handle.read(len(_INDENTED))
             if head != _INDENTED:
-                return _parse_whole(head + handle.read())
+                return _parse_whole(head + handle.read(), groups)
             handle.seek(0)
-            return _parse_indented(handle)
+            return _parse_indented(handle, groups)
     except InputError:
         return None

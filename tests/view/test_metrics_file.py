@@ -17,6 +17,7 @@ from gymflow.view._metrics_file import read_metrics_file
 def _group(task: int) -> dict[str, Any]:
     return {
         "_ng_task_index": task,
+        "num_rollouts": task % 3 + 1,
         "mean/reward": task / 7,
         # a raw newline is never inside a string: this one is escaped in the file
         "sample": {"text": "line\n      {\n    ]", "nested": [[1, {"a": []}], {"b": [task]}], "big": 2**63},
@@ -36,13 +37,14 @@ def _entries(groups: list[int]) -> list[dict[str, Any]]:
     ]
 
 
-def _expected(value: list[Any], rows: int) -> tuple[list[dict[str, Any]], list[int]]:
+def _expected(value: list[Any], rows: int) -> tuple[list[dict[str, Any]], list[int], list[int]]:
     entries = [dict(e) for e in value if isinstance(e, dict)]
     totals = [len(e.get("group_level_metrics") or []) for e in entries]
+    rollouts = [sum(g["num_rollouts"] for g in e.get("group_level_metrics") or []) for e in entries]
     for entry in entries:
         if isinstance(entry.get("group_level_metrics"), list):
             entry["group_level_metrics"] = entry["group_level_metrics"][:rows]
-    return entries, totals
+    return entries, totals, rollouts
 
 
 @pytest.mark.parametrize("chunk", [1, 7, 64, 8 << 20])
@@ -62,7 +64,7 @@ def test_same_as_parsing_whole(
     )
     got = read_metrics_file(str(path))
     assert got is not None
-    assert (got.entries, got.group_totals) == _expected(value, 4)
+    assert (got.entries, got.group_totals, got.rollouts) == _expected(value, 4)
 
 
 def test_other_layouts_are_parsed_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -72,7 +74,7 @@ def test_other_layouts_are_parsed_whole(tmp_path: Path, monkeypatch: pytest.Monk
     path.write_bytes(orjson.dumps(value))
     got = read_metrics_file(str(path))
     assert got is not None
-    assert (got.entries, got.group_totals) == _expected(value, 2)
+    assert (got.entries, got.group_totals, got.rollouts) == _expected(value, 2)
 
 
 @pytest.mark.parametrize("text", [b"", b"{}", b'[\n  {\n    "a": ', b"not json", b'{"a": [1]}'])
