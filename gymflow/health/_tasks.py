@@ -19,9 +19,9 @@ from typing import BinaryIO
 
 from gymflow import scratch
 
-RUN_TASKS = 1 << 16
+RUN_TASKS = 1 << 14
 """Integer tasks sorted in memory before a run of them is spilled."""
-_BATCH = 256
+_BATCH = 128
 
 Item = tuple[str, int]
 """A task's key in the summary and the index of its entry (entries are shared between tasks)."""
