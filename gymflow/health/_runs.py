@@ -42,7 +42,17 @@ BATCH = 64
 
 SortKey = tuple[tuple[int, int | str], tuple[int, int | str], tuple[int, int | str]]
 
-_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+_json_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+
+def _encode(row: Any) -> str:
+    """A verdict line: compact JSON, non-ASCII as is. orjson writes the json module's bytes for
+    every value a verdict holds (no float; strings, integers, booleans, null, lists and objects);
+    the json module takes what orjson refuses (an integer beyond 64 bits)."""
+    try:
+        return orjson.dumps(row).decode()
+    except TypeError:
+        return _json_encode(row)
 
 
 class Placement(NamedTuple):

@@ -15,6 +15,7 @@ import pytest
 from gymflow import health
 from gymflow.health import _ranges, _tasks
 from gymflow.health._report import summary_bytes
+from tests.health.builders import call, record, trajectory, turn, write_lines
 
 
 def test_summary_bytes_are_the_json_modules_indented_bytes() -> None:
@@ -82,3 +83,23 @@ def test_the_parent_holds_no_task_keys(tmp_path: Path, monkeypatch: pytest.Monke
     small, large = peak(2_000), peak(20_000)
     # Held in the parent (and in the summary's bytes), the 18,000 more tasks would take 4 MB.
     assert large < small + 1_000_000, (small, large)
+
+
+def test_verdict_lines_are_the_json_modules_compact_bytes(tmp_path: Path) -> None:
+    odd = 'é東\u2028\x7f\x01\n"\\'
+    calls = [call("c1", "r1", prompt=2**64 - 1), call("c2", "r2", prompt=2**64 - 1)]
+    # Their prompt tokens add up to an integer beyond orjson's (the token-count mismatch's detail).
+    big = trajectory(turns=[turn(refs=[{"model_call_id": "c1"}, {"model_call_id": "c2"}])], calls=calls)
+    rows = [
+        record(odd, 0),
+        record(f"{odd}-2", 0, traj=big),
+        record(7, 1, traj=trajectory(calls=[call(status=503, error_category=odd)])),
+    ]
+    outcome = health.run_health(
+        health.HealthOptions((str(write_lines(tmp_path / "rollouts.jsonl", rows)),), use_cache=False)
+    )
+    lines = Path(outcome.verdicts_url).read_bytes().split(b"\n")
+    assert lines.pop() == b"" and len(lines) == 3
+    for item in lines:
+        assert item == json.dumps(json.loads(item), ensure_ascii=False, separators=(",", ":")).encode()
+    assert any(str(2 * (2**64 - 1)).encode() in item for item in lines)
