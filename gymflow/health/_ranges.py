@@ -2,10 +2,12 @@
 process pool) into a sorted run of rows, and merge the runs into the reports (spec §8).
 
 The same three steps (:func:`plan`, :func:`evaluate_range`, :func:`finish`) are what the Prefect
-flow composes as tasks, so both paths write identical bytes. :func:`evaluate_all` (the direct
-path) keeps every row in the workers and on disk: a worker spills its range's rows, then (once
-the lines before each range are counted) places and sorts them into a run file, and the parent
-only merges the runs, holding a small batch of entries per run at a time.
+flow composes as tasks, so both paths write identical bytes. The direct path keeps every row in
+the workers and on disk: a worker sorts the entries of its range's rows into a run file as it
+evaluates them, except the few rows whose place depends on the lines before the range (no task
+index, unreadable), which it spills; once those lines are counted, a sort step places such rows
+into their range's run, and the parent only merges the runs, holding a small batch of entries per
+run at a time.
 """
 
 from __future__ import annotations

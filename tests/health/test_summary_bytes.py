@@ -8,6 +8,7 @@ import os
 import tempfile
 import tracemalloc
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -60,7 +61,7 @@ def test_tasks_spilled_in_runs_are_written_in_the_summarys_order(
 
 
 def test_a_summary_without_tasks() -> None:
-    summary = {"run": {"ignored_checks": []}, "tasks": {}}
+    summary: dict[str, Any] = {"run": {"ignored_checks": []}, "tasks": {}}
     assert summary_bytes(summary) == json.dumps(summary, indent=2, ensure_ascii=False).encode()  # type: ignore[arg-type]
 
 
