@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 def publish_health(outcome: HealthOutcome, *, tag: bool = True) -> None:
     """The run's artifacts (also for a cached run: they link the reports it found up to date)."""
     report_dir = storage.parent(outcome.summary_url)
-    run = outcome.summary["run"]
+    run = outcome.run
     rows = ["| verdict | rollouts |", "|---|---|"]
     rows += [f"| {verdict} | {count} |" for verdict, count in run["verdicts"].items()]
     rows += [f"| issue: {check} | {count} |" for check, count in run["issues"].items() if count]

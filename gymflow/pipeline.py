@@ -284,7 +284,7 @@ def run_post(options: PostOptions, steps: Runner, echo: Echo) -> PipelineSummary
             "health-check", "up to date" if health.up_to_date else "ran", {"summary": health.summary_url}
         )
     )
-    summary.verdicts = dict(health.summary.get("run", {}).get("verdicts", {}))
+    summary.verdicts = dict(health.run.get("verdicts", {}))
     _healthy_metrics(aggregated, health, options.use_cache, steps, summary)
 
     if options.reverify is None:

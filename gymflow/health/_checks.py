@@ -133,6 +133,8 @@ def _mismatch_observable(ev: Evidence) -> bool:
 
 @trajectory_check("trajectory_capture_mismatch", _mismatch_observable)
 def capture_mismatch(ev: Evidence) -> list[Finding]:
+    if not (ev.owned.missing or ev.owned.duplicated or ev.has_contradiction):
+        return []
     findings: list[Finding] = []
     binding_seen: set[tuple[str, str]] = set()
     entries: list[tuple[str, str, dict[str, Any]]] = [

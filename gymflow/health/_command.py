@@ -33,12 +33,18 @@ VERDICTS = "rollout_verdicts.jsonl"
 class HealthOutcome:
     """What a health run produced (or found up to date)."""
 
-    summary: Mapping[str, Any]
-    """``quality_summary.json`` as an object (a :class:`QualitySummary`)."""
+    run: Mapping[str, Any]
+    """The ``run`` object of ``quality_summary.json`` (a :class:`RunSummary`)."""
     summary_url: str
     record_url: str
     up_to_date: bool
     console_line: str
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        """``quality_summary.json`` as an object (a :class:`QualitySummary`), read from the file
+        (it lists every task: a large run's is large)."""
+        return _read_summary(self.summary_url)
 
     @property
     def verdicts_url(self) -> str:
@@ -79,13 +85,18 @@ def record_outputs(
         finished_at=provenance.timestamp(),
     )
     provenance.write_record(record_url, record)
-    return HealthOutcome(report.summary, summary_url, record_url, False, report.console_line())
+    return HealthOutcome(report.run, summary_url, record_url, False, report.console_line())
+
+
+def _read_summary(summary_url: str) -> dict[str, Any]:
+    with storage.open_read(summary_url) as handle:
+        summary: dict[str, Any] = json.loads(handle.read())
+    return summary
 
 
 def cached_outcome(summary_url: str, record_url: str) -> HealthOutcome:
-    with storage.open_read(summary_url) as handle:
-        summary = json.loads(handle.read())
-    return HealthOutcome(summary, summary_url, record_url, True, console_line(summary))
+    run = _read_summary(summary_url)["run"]
+    return HealthOutcome(run, summary_url, record_url, True, console_line({"run": run}))
 
 
 @dataclass(frozen=True)

@@ -120,6 +120,8 @@ def failed_chains(
     """Chains of calls (one per ``model_ref``) that ended on a failed call, in order of first
     appearance, each as (reported position, positions in the chain); ``failed`` holds
     :func:`is_failed` of each call."""
+    if not any(failed):  # no chain can end on a failed call
+        return []
     chains: dict[tuple[str, str] | None, list[int]] = {}
     for position, call in enumerate(calls):
         ref = call.response_metadata.model_ref

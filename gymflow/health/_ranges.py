@@ -2,10 +2,12 @@
 process pool) into a sorted run of rows, and merge the runs into the reports (spec §8).
 
 The same three steps (:func:`plan`, :func:`evaluate_range`, :func:`finish`) are what the Prefect
-flow composes as tasks, so both paths write identical bytes. :func:`evaluate_all` (the direct
-path) keeps every row in the workers and on disk: a worker spills its range's rows, then (once
-the lines before each range are counted) places and sorts them into a run file, and the parent
-only merges the runs, holding a small batch of entries per run at a time.
+flow composes as tasks, so both paths write identical bytes. The direct path keeps every row in
+the workers and on disk: a worker sorts the entries of its range's rows into a run file as it
+evaluates them, except the few rows whose place depends on the lines before the range (no task
+index, unreadable), which it spills; once those lines are counted, a sort step places such rows
+into their range's run, and the parent only merges the runs, holding a small batch of entries per
+run at a time.
 """
 
 from __future__ import annotations
@@ -23,7 +25,18 @@ from gymflow.executor import Executor, Step
 from gymflow.health._evaluate import RowResult, RunStats, evaluate_line, is_blank
 from gymflow.health._registry import normalize_ignored
 from gymflow.health._report import HealthReport, merge_runs
-from gymflow.health._runs import Placement, RowWriter, SortedRun, read_spilled_rows, sort_rows, unpack_rows
+from gymflow.health._runs import (
+    Entry,
+    Placement,
+    RowWriter,
+    SortedRun,
+    entry,
+    needs_placement,
+    read_spilled_rows,
+    sort_rows,
+    unpack_rows,
+    write_batches,
+)
 from gymflow.health._vocabulary import CheckId
 
 Progress = Callable[[int], None]
@@ -46,9 +59,10 @@ class ByteRange:
 
 @dataclass(frozen=True, slots=True)
 class RangeResult:
-    """The rows of one range in input order, with range-local numbering: packed into bytes (a
-    result that crosses processes and persists cheaply), or (from :func:`evaluate_all`) spilled
-    to the local file ``spill``."""
+    """One range evaluated, with range-local numbering: the entries of the rows that need no
+    placement, sorted into a run, and the rows that do (:func:`needs_placement`, rare), in input
+    order. Both are packed into bytes (a result that crosses processes and persists cheaply), or
+    (the direct path) in the local files ``spill`` and ``spill + PENDING``."""
 
     byte_range: ByteRange
     packed: bytes
@@ -56,9 +70,18 @@ class RangeResult:
     stats: RunStats
     row_count: int
     spill: str | None = None
+    pending_packed: bytes = b""
+    pending_count: int = 0
 
-    def rows(self) -> Iterator[RowResult]:
-        return unpack_rows(self.packed) if self.spill is None else read_spilled_rows(self.spill)
+    def run(self) -> SortedRun:
+        """The sorted run of the rows that need no placement."""
+        return SortedRun(packed=self.packed) if self.spill is None else SortedRun(path=self.spill)
+
+    def pending(self) -> Iterator[RowResult]:
+        """The rows that need placement, in input order."""
+        if self.spill is None:
+            return unpack_rows(self.pending_packed)
+        return read_spilled_rows(self.spill + PENDING) if self.pending_count else iter(())
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,33 +124,45 @@ def plan(
     return HealthPlan(tuple(paths), tuple(ranges), limit, ignored)
 
 
+PENDING = ".pending"
+"""Suffix of the local file of a spilled range's rows that need placement."""
+
+
 def evaluate_range(
     byte_range: ByteRange, ignored: Sequence[str], progress: Progress | None = None, spill: str | None = None
 ) -> RangeResult:
-    """Evaluate every non-blank line starting in one byte range, with range-local numbering; the
-    rows are packed into the result, or written to the local file ``spill`` as they come."""
+    """Evaluate every non-blank line starting in one byte range, with range-local numbering, into
+    a :class:`RangeResult`, packed or written to the local files ``spill`` and ``spill + PENDING``."""
     ignored_set = frozenset(ignored)
     stats = RunStats()
-    physical = count = 0
-    with RowWriter(spill) as writer:
+    physical = count = pending = 0
+    entries: list[Entry] = []
+    with RowWriter(None if spill is None else spill + PENDING) as writer:
         for _, line in storage.iter_lines(byte_range.path, byte_range.start, byte_range.end):
             physical += 1
             if not is_blank(line):
-                writer.add(evaluate_line(line, physical, count, ignored_set, stats))
+                row = evaluate_line(line, physical, count, ignored_set, stats)
+                if needs_placement(row):
+                    writer.add(row)
+                    pending += 1
+                else:
+                    entries.append(entry(row, count))
                 count += 1
             if progress is not None:
                 progress(len(line))
-    return RangeResult(byte_range, writer.packed, physical, stats, count, spill)
+    entries.sort(key=lambda item: item.key)  # stable: input order among equal keys
+    packed = write_batches(entries, spill)
+    return RangeResult(byte_range, packed, physical, stats, count, spill, writer.packed, pending)
 
 
 def finish(
     plan_: HealthPlan, results: Sequence[RangeResult], executor: Executor | None = None
 ) -> HealthReport:
-    """Place range-local rows in input order, sort each range's rows into a run (as steps of
+    """Place the range-local rows that need it, sort them into their range's run (as steps of
     ``executor`` when it runs on this machine, into local files: beside a spilled range, else in a
     scratch directory; otherwise here, in memory) and merge the runs into the report."""
     sorter = executor if executor is not None and executor.same_machine else None
-    packed = sorter is not None and any(result.spill is None for result in results)
+    packed = sorter is not None and any(r.spill is None and r.pending_count for r in results)
     with scratch.temporary_dir("runs") if packed else nullcontext("") as runs_dir:
         return _finish(plan_, results, sorter, runs_dir)
 
@@ -137,6 +172,7 @@ def _finish(
 ) -> HealthReport:
     ordered = sorted(results, key=lambda r: (r.byte_range.source_index, r.byte_range.start))
     jobs: list[_SortJob] = []
+    runs: list[SortedRun | None] = []  # None: the run of the next job
     stats = RunStats()
     line_offset = ordinal_offset = 0
     current_source = -1
@@ -148,32 +184,40 @@ def _finish(
         # The name comes from this run's plan: a cached range result may have been computed
         # from the same bytes under another path.
         placement = Placement(source, source_file_name(plan_.paths[source]), line_offset, ordinal_offset)
-        run_file = result.spill + ".sorted" if result.spill else os.path.join(runs_dir, f"run-{len(jobs)}")
-        jobs.append((result, placement, None if sorter is None else run_file))
         line_offset += result.physical_lines
         ordinal_offset += result.row_count
+        if not result.pending_count:  # its run is ready
+            runs.append(result.run())
+            continue
+        run_file = result.spill + ".sorted" if result.spill else os.path.join(runs_dir, f"run-{len(jobs)}")
+        jobs.append((result, placement, None if sorter is None else run_file))
+        runs.append(None)
     if sorter is None:
-        runs = [_sort_job(job) for job in jobs]
+        sorted_runs = iter([_sort_job(job) for job in jobs])
     else:
-        runs = sorter.map(SORT_RUN, jobs, done=_sorted)
-    return merge_runs([run.entries() for run in runs], plan_.ignored, stats)
+        sorted_runs = iter(sorter.map(SORT_RUN, jobs, done=_sorted))
+    ready = [next(sorted_runs) if run is None else run for run in runs]
+    return merge_runs([run.entries() for run in ready], plan_.ignored, stats)
 
 
 _SortJob = tuple[RangeResult, Placement, str | None]
-"""A range's rows, where they stand, and the local file for their sorted run (in a worker)."""
+"""A range with rows to place, where it stands, and the local file for its sorted run (in a
+worker)."""
 
 
 def _sort_job(job: _SortJob) -> SortedRun:
     result, placement, run_file = job
-    return sort_rows(result.rows(), placement, spill=run_file)
+    return sort_rows(result.pending(), placement, spill=run_file, held=result.run().entries())
 
 
 def _sorted(job: _SortJob, _: SortedRun) -> None:
-    """Once its run is sorted, a range's spilled rows go (not in the worker: a worker that dies
+    """Once its run is sorted, a range's spilled files go (not in the worker: a worker that dies
     after sorting leaves them for the serial retry)."""
-    if job[0].spill is not None:
-        with suppress(FileNotFoundError):
-            os.unlink(job[0].spill)
+    spill = job[0].spill
+    if spill is not None:
+        for path in (spill, spill + PENDING):
+            with suppress(FileNotFoundError):
+                os.unlink(path)
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,6 +248,7 @@ def _range_key(work: RangeWork) -> str:
         "range": [where.source_index, where.start, where.end],
         "ignored": sorted(work.ignored),
         "gymflow": __version__,
+        "result": 2,  # RangeResult holds sorted entries and the rows to place
     }
     return "health-range-" + provenance.cache_key("health-range", parts, []).removeprefix("sha256:")
 

@@ -3,15 +3,14 @@ summary.
 
 Runs once, in the parent, as a streaming merge of the runs (:mod:`gymflow.health._runs`): rows
 arrive in report order, so rows sharing an identity and rollouts of one task are adjacent. The
-verdict lines go to a local file as they are merged; what stays in memory is the summary
-(counters, and one entry per task, which the summary holds anyway). The bytes do not depend on how
-the rows were evaluated.
+verdict lines go to a local file as they are merged, and the tasks to local files in the summary's
+order (:mod:`gymflow.health._tasks`); what stays in memory is counters and the few distinct task
+entries. The bytes do not depend on how the rows were evaluated.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import weakref
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -25,12 +24,14 @@ from gymflow import scratch, storage
 from gymflow.health._evaluate import RowResult, RunStats
 from gymflow.health._registry import ROLLOUT_CHECK_IDS, TASK_CHECK_IDS
 from gymflow.health._runs import Entry, Placement, merge_entries, sort_rows, with_duplicates
+from gymflow.health._tasks import TaskSpill
 from gymflow.health._vocabulary import (
     CHECK_IDS,
     CheckId,
     CoverageState,
     Identity,
     QualitySummary,
+    RunSummary,
     TaskSummary,
     Verdict,
 )
@@ -41,21 +42,37 @@ _CHUNK_BYTES = 1 << 20
 
 @dataclass(frozen=True, slots=True, weakref_slot=True)
 class HealthReport:
-    """The outcome of one health run: the summary object and bytes, and the verdict lines in a
-    local file that lives as long as this object."""
+    """The outcome of one health run: the summary's ``run`` object, and both report files' bytes
+    in local files that live as long as this object."""
 
-    summary: QualitySummary
-    summary_bytes: bytes
+    run: RunSummary
+    summary_path: str
+    """``quality_summary.json``."""
     verdicts_path: str
+    """``rollout_verdicts.jsonl``."""
+
+    @property
+    def summary_bytes(self) -> bytes:
+        """``quality_summary.json`` whole (the summary of a small run)."""
+        with open(self.summary_path, "rb") as handle:
+            return handle.read()
+
+    def summary_chunks(self) -> Iterator[bytes]:
+        """``quality_summary.json`` in chunks (never held whole in memory)."""
+        return _chunks(self.summary_path)
 
     def verdict_lines(self) -> Iterator[bytes]:
         """``rollout_verdicts.jsonl`` in chunks of lines (never held whole in memory)."""
-        with open(self.verdicts_path, "rb") as handle:
-            while chunk := handle.read(_CHUNK_BYTES):
-                yield chunk
+        return _chunks(self.verdicts_path)
 
     def console_line(self) -> str:
-        return console_line(self.summary)
+        return console_line({"run": self.run})
+
+
+def _chunks(path: str) -> Iterator[bytes]:
+    with open(path, "rb") as handle:
+        while chunk := handle.read(_CHUNK_BYTES):
+            yield chunk
 
 
 def console_line(summary: Mapping[str, Any]) -> str:
@@ -118,10 +135,14 @@ class _Reducer:
         self.verdicts: Counter[Verdict] = Counter()
         self.unobserved: Counter[tuple[CheckId, ...]] = Counter()
         self.issues: dict[CheckId, int] = dict.fromkeys(CHECK_IDS, 0)
-        self.tasks: dict[Identity, tuple[TaskSummary, dict[CheckId, CoverageState]]] = {}
-        self._shared: dict[str, tuple[TaskSummary, dict[CheckId, CoverageState]]] = {}
-        """One object per distinct task entry: most tasks of a run have one of a few entries, so
-        a million tasks cost their keys, not a million dicts (nothing changes an entry)."""
+        self.tasks = TaskSpill()
+        """Each task's key and entry index, spilled in the summary's order."""
+        self.entries: list[tuple[TaskSummary, dict[CheckId, CoverageState]]] = []
+        """Each distinct task entry once: most tasks of a run have one of a few entries (nothing
+        changes an entry)."""
+        self._entry_index: dict[str, int] = {}
+        self._entry_tasks: Counter[int] = Counter()
+        """Tasks of each entry, for the task checks' coverage and flag counts."""
         self._task: Identity | None = None
         self._repeats: list[_Repeat] = []
         self._rollout: tuple[Identity, set[Verdict], bool, int] | None = None
@@ -163,10 +184,16 @@ class _Reducer:
             assert self._task is not None
             entry = _task_entry(self._repeats, self.ignored_set)
             key = repr(entry)
-            self.tasks[self._task] = self._shared.setdefault(key, entry)
+            index = self._entry_index.get(key)
+            if index is None:
+                index = self._entry_index[key] = len(self.entries)
+                self.entries.append(entry)
+            self._entry_tasks[index] += 1
+            self.tasks.add(self._task, index)
             self._repeats = []
 
-    def summary(self, stats: RunStats) -> QualitySummary:
+    def summary(self, stats: RunStats) -> RunSummary:
+        """The ``run`` object (the tasks are in :attr:`tasks`)."""
         self._close_task()
         ignored_set = self.ignored_set
         coverage: dict[CheckId, dict[CoverageState, int]] = {
@@ -179,43 +206,36 @@ class _Reducer:
                     "ignored" if check in ignored_set else "unobserved" if check in missing else "evaluated"
                 )
                 coverage[check][state] += count
-        int_tasks = sorted((t for t in self.tasks if isinstance(t, int)), key=str)
-        str_tasks = sorted(t for t in self.tasks if isinstance(t, str))
-        tasks: dict[str, TaskSummary] = {}
-        for task in int_tasks + str_tasks:
-            entry, task_coverage = self.tasks[task]
+        for index, count in self._entry_tasks.items():
+            entry, task_coverage = self.entries[index]
             for check in TASK_CHECK_IDS:
-                coverage[check][task_coverage[check]] += 1
+                coverage[check][task_coverage[check]] += count
             for flag in entry["flags"]:
-                self.issues[flag] += 1
-            tasks[str(task)] = entry  # an int and a str task with the same text share one key
+                self.issues[flag] += count
         return {
-            "run": {
-                "ignored_checks": sorted(self.ignored),
-                "artifacts": {"records": self.records, "captures": stats.captures, "coverage": coverage},
-                "verdicts": {
-                    "healthy": self.verdicts["healthy"],
-                    "unhealthy": self.verdicts["unhealthy"],
-                    "unobserved": self.verdicts["unobserved"],
+            "ignored_checks": sorted(self.ignored),
+            "artifacts": {"records": self.records, "captures": stats.captures, "coverage": coverage},
+            "verdicts": {
+                "healthy": self.verdicts["healthy"],
+                "unhealthy": self.verdicts["unhealthy"],
+                "unobserved": self.verdicts["unobserved"],
+            },
+            "issues": self.issues,
+            "stats": {
+                "model_call_errors": {
+                    "total": sum(stats.failed_statuses.values()),
+                    "by_status": dict(sorted(stats.failed_statuses.items())),
+                    "rollouts_affected": stats.rollouts_affected,
+                    "ended_on_error": stats.ended_on_error,
                 },
-                "issues": self.issues,
-                "stats": {
-                    "model_call_errors": {
-                        "total": sum(stats.failed_statuses.values()),
-                        "by_status": dict(sorted(stats.failed_statuses.items())),
-                        "rollouts_affected": stats.rollouts_affected,
-                        "ended_on_error": stats.ended_on_error,
-                    },
-                    "duplicated_calls": {"replayed": stats.replayed, "rollouts": stats.replayed_rollouts},
-                    "tokens": {
-                        "prompt": stats.prompt,
-                        "completion": stats.completion,
-                        "capture_prompt": stats.capture_prompt,
-                        "capture_completion": stats.capture_completion,
-                    },
+                "duplicated_calls": {"replayed": stats.replayed, "rollouts": stats.replayed_rollouts},
+                "tokens": {
+                    "prompt": stats.prompt,
+                    "completion": stats.completion,
+                    "capture_prompt": stats.capture_prompt,
+                    "capture_completion": stats.capture_completion,
                 },
             },
-            "tasks": tasks,
         }
 
 
@@ -225,8 +245,10 @@ def merge_runs(
     """Merge sorted runs (earlier runs first among equal keys) into the report."""
     reducer = _Reducer(ignored)
     mark_duplicates = "rollout_duplicate_identity" not in reducer.ignored_set
-    fd, path = scratch.scratch_file("verdicts", ".jsonl")
+    paths: list[str] = []
     try:
+        fd, path = scratch.scratch_file("verdicts", ".jsonl")
+        paths.append(path)
         with open(fd, "w", encoding="utf-8", newline="\n") as out:
             group: list[Entry] = []  # entries sharing one identity: almost always one
             for item in chain(merge_entries(runs), [None]):
@@ -240,24 +262,75 @@ def merge_runs(
                     group = []
                 if item is not None:
                     group.append(item)
+        run = reducer.summary(stats)
+        fd, path = scratch.scratch_file("summary", ".json")
+        paths.append(path)
+        entries = [entry for entry, _ in reducer.entries]
+        tasks = ((key, entries[index]) for key, index in reducer.tasks.items())
+        with open(fd, "wb") as summary:
+            summary.writelines(summary_chunks(run, tasks))
     except BaseException:
-        os.unlink(path)
+        for path in paths:
+            scratch.discard(path)
         raise
-    summary = reducer.summary(stats)
-    report = HealthReport(summary, summary_bytes(summary), path)
-    weakref.finalize(report, scratch.discard, path)
+    finally:
+        reducer.tasks.close()
+    report = HealthReport(run, paths[1], paths[0])
+    for path in paths:
+        weakref.finalize(report, scratch.discard, path)
     return report
 
 
-def summary_bytes(summary: QualitySummary) -> bytes:
-    """``quality_summary.json``: 2-space indented JSON, non-ASCII as UTF-8. orjson writes it in C
-    (the json module's indented encoder is Python code that holds every piece of a large summary
-    in a list before joining them); the json module takes what orjson refuses (an integer beyond
-    64 bits), with the same bytes otherwise."""
+_EMPTY_TASKS = b"{}\n}"
+"""How the indented summary ends when it has no task."""
+
+
+def summary_chunks(run: RunSummary, tasks: Iterable[tuple[str, TaskSummary]]) -> Iterator[bytes]:
+    """``quality_summary.json`` in chunks, the ``tasks`` streamed in their order: 2-space indented
+    JSON, non-ASCII as UTF-8. orjson writes it in C (the json module's indented encoder is Python
+    code that holds every piece of a large summary in a list before joining them); the json module
+    takes what orjson refuses (an integer beyond 64 bits), with the same bytes otherwise."""
+    dumps = _indented_orjson
     try:
-        return orjson.dumps(summary, option=orjson.OPT_INDENT_2)
+        head = dumps({"run": run, "tasks": {}})
     except TypeError:
-        return json.dumps(summary, indent=2, ensure_ascii=False).encode()
+        dumps = _indented_json
+        head = dumps({"run": run, "tasks": {}})
+    items = iter(tasks)
+    first = next(items, None)
+    if first is None:
+        yield head
+        return
+    chunk = bytearray(head[: -len(_EMPTY_TASKS)] + b"{\n")
+    entry_bytes: dict[int, bytes] = {}
+    separator = b"    "
+    for key, entry in chain([first], items):
+        encoded = entry_bytes.get(id(entry))
+        if encoded is None:
+            encoded = entry_bytes[id(entry)] = dumps(entry).replace(b"\n", b"\n    ")
+        chunk += separator
+        chunk += dumps(key)
+        chunk += b": "
+        chunk += encoded
+        separator = b",\n    "
+        if len(chunk) >= _CHUNK_BYTES:
+            yield bytes(chunk)
+            chunk.clear()
+    chunk += b"\n  }\n}"
+    yield bytes(chunk)
+
+
+def _indented_orjson(value: Any) -> bytes:
+    return orjson.dumps(value, option=orjson.OPT_INDENT_2)
+
+
+def _indented_json(value: Any) -> bytes:
+    return json.dumps(value, indent=2, ensure_ascii=False).encode()
+
+
+def summary_bytes(summary: QualitySummary) -> bytes:
+    """``quality_summary.json`` of a summary held in memory (:func:`summary_chunks`)."""
+    return b"".join(summary_chunks(summary["run"], summary["tasks"].items()))
 
 
 def build_report(rows: list[RowResult], ignored: tuple[CheckId, ...], stats: RunStats) -> HealthReport:
@@ -275,6 +348,6 @@ def write_reports_digested(report: HealthReport, report_dir: str) -> tuple[FileD
         storage.to_uri(verdicts_url), *storage.write_atomic_lines(verdicts_url, report.verdict_lines())
     )
     summary = FileDigest(
-        storage.to_uri(summary_url), *storage.write_atomic(summary_url, report.summary_bytes)
+        storage.to_uri(summary_url), *storage.write_atomic_lines(summary_url, report.summary_chunks())
     )
     return summary, verdicts

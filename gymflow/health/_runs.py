@@ -26,12 +26,14 @@ __all__ = [
     "Placement",
     "SortedRun",
     "merge_entries",
+    "needs_placement",
     "RowWriter",
     "read_spilled_rows",
     "row_key",
     "sort_rows",
     "unpack_rows",
     "verdict_key",
+    "write_batches",
     "with_duplicates",
 ]
 
@@ -40,7 +42,17 @@ BATCH = 64
 
 SortKey = tuple[tuple[int, int | str], tuple[int, int | str], tuple[int, int | str]]
 
-_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+_json_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+
+def _encode(row: Any) -> str:
+    """A verdict line: compact JSON, non-ASCII as is. orjson writes the json module's bytes for
+    every value a verdict holds (no float; strings, integers, booleans, null, lists and objects);
+    the json module takes what orjson refuses (an integer beyond 64 bits)."""
+    try:
+        return orjson.dumps(row).decode()
+    except TypeError:
+        return _json_encode(row)
 
 
 class Placement(NamedTuple):
@@ -69,6 +81,8 @@ class Entry(NamedTuple):
     rollout: Identity
     policy_complete: bool
     successful_calls: int
+    position: int
+    """The row's number among the rows of its range: input order among equal keys."""
 
 
 def _order(value: Identity | None) -> tuple[int, int | str]:
@@ -114,8 +128,14 @@ def _verdict(findings: Sequence[Finding], unobserved: Sequence[CheckId]) -> Verd
     return "unobserved" if unobserved else "healthy"
 
 
-def entry(row: RowResult) -> Entry:
-    """The entry of a placed row."""
+def needs_placement(row: RowResult) -> bool:
+    """Whether a row's entry depends on the lines before its range (see :meth:`RowResult.place`):
+    an unreadable row, or one without a task index."""
+    return row.unreadable is not None or row.task is None
+
+
+def entry(row: RowResult, position: int) -> Entry:
+    """The entry of a placed row (or of one that needs no placement), ``position``-th of its range."""
     assert row.task is not None
     row_verdict = _verdict(row.findings, row.unobserved)
     out: VerdictRow = {
@@ -138,6 +158,7 @@ def entry(row: RowResult) -> Entry:
         row.rollout,
         row.policy_complete,
         row.successful_calls,
+        position,
     )
 
 
@@ -154,14 +175,18 @@ def with_duplicates(item: Entry, count: int) -> Entry:
 
 @dataclass(frozen=True, slots=True)
 class SortedRun:
-    """A run held in memory (``held``) or in the local file ``path``."""
+    """A run held in memory (``held``), packed into bytes (``packed``, see :class:`RowWriter`) or
+    in the local file ``path``."""
 
     held: list[Entry] | None = None
     path: str | None = None
+    packed: bytes | None = None
 
     def entries(self) -> Iterator[Entry]:
         if self.held is not None:
             return iter(self.held)
+        if self.packed is not None:
+            return _load_batches(io.BytesIO(self.packed))
         assert self.path is not None
         return _read_batches(self.path)
 
@@ -180,17 +205,22 @@ def _load_batches(handle: BinaryIO) -> Iterator[Any]:
         yield from batch
 
 
-def _write_batches(items: Sequence[Any], path: str) -> None:
-    with open(path, "wb") as handle:
+def write_batches(items: Sequence[Any], path: str | None) -> bytes:
+    """Write ``items`` to the local file ``path``, or (``path=None``) pack them into the bytes
+    returned."""
+    with io.BytesIO() if path is None else open(path, "wb") as handle:
         for start in range(0, len(items), BATCH):
             pickle.dump(items[start : start + BATCH], handle, protocol=pickle.HIGHEST_PROTOCOL)
+        return handle.getvalue() if isinstance(handle, io.BytesIO) else b""
 
 
 class RowWriter:
-    """Writes rows, in batches, to a local file, or (``path=None``) packs them into bytes."""
+    """Writes rows, in batches, to a local file, or (``path=None``) packs them into bytes; the
+    file is created with the first row."""
 
     def __init__(self, path: str | None) -> None:
-        self._handle: BinaryIO = io.BytesIO() if path is None else open(path, "wb")  # noqa: SIM115
+        self._path = path
+        self._handle: BinaryIO | None = io.BytesIO() if path is None else None
         self._batch: list[RowResult] = []
         self.packed = b""
         """The rows, once closed, when they were not written to a file (see :func:`unpack_rows`)."""
@@ -205,15 +235,21 @@ class RowWriter:
 
     def _flush(self) -> None:
         if self._batch:
+            if self._handle is None:
+                assert self._path is not None
+                self._handle = open(self._path, "wb")  # noqa: SIM115 - closed by __exit__
             pickle.dump(self._batch, self._handle, protocol=pickle.HIGHEST_PROTOCOL)
         self._batch = []
 
     def __exit__(self, *exc: object) -> None:
+        if self._handle is None and not self._batch:
+            return
         try:
             self._flush()
             if isinstance(self._handle, io.BytesIO):
                 self.packed = self._handle.getvalue()
         finally:
+            assert self._handle is not None
             self._handle.close()
 
 
@@ -227,18 +263,22 @@ def unpack_rows(packed: bytes) -> Iterator[RowResult]:
     return _load_batches(io.BytesIO(packed))
 
 
-def sort_rows(rows: Iterable[RowResult], placement: Placement, spill: str | None = None) -> SortedRun:
-    """Place range-local rows (see :meth:`RowResult.place`), sort their entries into report
-    order (input order among equal keys) and keep the run in memory, or write it to ``spill``."""
+def sort_rows(
+    rows: Iterable[RowResult], placement: Placement, spill: str | None = None, held: Iterable[Entry] = ()
+) -> SortedRun:
+    """Place range-local rows (see :meth:`RowResult.place`), sort their entries, with the entries
+    ``held`` of the range's other rows, into report order (input order among equal keys) and keep
+    the run in memory, or write it to ``spill``."""
     source, name, line_offset, ordinal_offset = placement
-    entries = []
+    entries = list(held)
     for row in rows:
+        position = row.ordinal
         row.place(source, name, line_offset, ordinal_offset)
-        entries.append(entry(row))
-    entries.sort(key=lambda item: item.key)
+        entries.append(entry(row, position))
+    entries.sort(key=lambda item: (item.key, item.position))
     if spill is None:
         return SortedRun(held=entries)
-    _write_batches(entries, spill)
+    write_batches(entries, spill)
     return SortedRun(path=spill)
 
 
