@@ -7,9 +7,9 @@ from all rows including masked ones); ``pass_majority`` opts into §4.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, overload
 
 from gymflow.aggregate._passk import pass_at_k
 from gymflow.aggregate._rows import RowFacts, ScoreSpec
@@ -24,7 +24,7 @@ from gymflow.aggregate._stats import (
 )
 from gymflow.errors import InputError
 
-__all__ = ["DuplicateRolloutError", "GroupMetrics", "group_metrics", "key_metrics"]
+__all__ = ["DuplicateRolloutError", "GroupMetrics", "TaskEntries", "group_metrics", "key_metrics"]
 
 SAMPLE = {"agent_ref": {"name": "agent"}}
 
@@ -39,7 +39,7 @@ class GroupMetrics:
 
     agent_metrics: dict[str, Any] = field(default_factory=dict)
     key_metrics: dict[str, Any] = field(default_factory=dict)
-    group_level_metrics: list[dict[str, Any]] = field(default_factory=list)
+    group_level_metrics: Sequence[dict[str, Any]] = field(default_factory=list)
     repeat_level_metrics: list[dict[str, Any]] = field(default_factory=list)
     perf_summary: dict[str, Any] | None = None
     warnings: list[str] = field(default_factory=list)
@@ -83,8 +83,10 @@ def _missing_warning(example_rollout: int, missing: int, count: int) -> str:
     )
 
 
-def _group_level(scored: list[RowFacts], fields: list[str], integral: set[str]) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
+def _task_entries(
+    scored: Sequence[RowFacts], fields: list[str], integral: set[str]
+) -> Iterator[dict[str, Any]]:
+    """The ``group_level_metrics`` objects (§3.4), one task at a time (rows sorted by key)."""
     plans: dict[int, UniformPlan] = {}
     start = 0
     while start < len(scored):
@@ -108,9 +110,49 @@ def _group_level(scored: list[RowFacts], fields: list[str], integral: set[str]) 
         entry["missing_num_rollouts"] = 0
         entry["reward_profile_completion_pct"] = 100.0
         entry["rollout_infos"] = [row.info for row in rows]
-        out.append(entry)
+        yield entry
         start = stop
-    return out
+
+
+class TaskEntries(Sequence[dict[str, Any]]):
+    """A group's ``group_level_metrics``, made on demand from its scored rows (sorted by key):
+    iterating makes one task's object at a time, so the metrics file streams them and a large
+    group's objects (a ``rollout_infos`` entry per row) are never all held. Equal to the list
+    of the same objects."""
+
+    def __init__(self, scored: Sequence[RowFacts], fields: list[str], integral: set[str]) -> None:
+        self._scored = scored
+        self._fields = fields
+        self._integral = integral
+        self._tasks: int | None = None
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return _task_entries(self._scored, self._fields, self._integral)
+
+    def __len__(self) -> int:
+        if self._tasks is None:
+            scored = self._scored
+            self._tasks = sum(1 for i in range(len(scored)) if i == 0 or scored[i].task != scored[i - 1].task)
+        return self._tasks
+
+    @overload
+    def __getitem__(self, index: int) -> dict[str, Any]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[dict[str, Any]]: ...
+
+    def __getitem__(self, index: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
+        return list(self)[index]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, TaskEntries | list):
+            return list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"TaskEntries({list(self)!r})"
 
 
 def _repeat_level(scored: list[RowFacts], warnings: list[str]) -> list[dict[str, Any]]:
@@ -193,6 +235,6 @@ def group_metrics(
     agent["num_repeats"] = len({row.rollout for row in ordered})
     result.agent_metrics = agent
     result.key_metrics = key_metrics(agent, coverage)
-    result.group_level_metrics = _group_level(scored, fields, integral)
+    result.group_level_metrics = TaskEntries(scored, fields, integral)
     result.warnings = list(dict.fromkeys(warnings))
     return result

@@ -6,8 +6,6 @@ goes to an ``echo`` callback; the core never prints.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -19,6 +17,7 @@ import orjson
 
 from gymflow import provenance, storage, threads
 from gymflow.aggregate._merge import write_merged
+from gymflow.aggregate._metrics_file import metrics_bytes, write_metrics
 from gymflow.aggregate._reduce import Coverage, ReduceSettings, Reduction, key_metrics_lines, reduce_shards
 from gymflow.aggregate._scan import ShardScan, parse_line, paused_gc, resolve_group, scan_shard
 from gymflow.aggregate._select import metrics_path
@@ -189,17 +188,6 @@ def apply_server_metrics(reduction: Reduction, options: AggregateOptions, shards
     )
 
 
-def metrics_bytes(entries: Sequence[Mapping[str, Any]]) -> bytes:
-    """The metrics file: a JSON array with 2-space indentation (orjson: one buffer, no str copy).
-
-    Integers beyond 64 bits (orjson's limit) and non-finite floats fall back to the json module.
-    """
-    try:
-        return orjson.dumps(entries, option=orjson.OPT_INDENT_2)
-    except TypeError:
-        return json.dumps(entries, indent=2).encode()
-
-
 def cache_key(options: AggregateOptions, inputs: Sequence[tuple[str, provenance.FileDigest]]) -> str:
     return provenance.cache_key(COMMAND, options.parameters(), [(role, item.sha256) for role, item in inputs])
 
@@ -244,13 +232,8 @@ def write_outputs(
 
     ``merged`` is the merged file's digest when the merge computed it while writing.
     """
-    data = metrics_bytes(reduction.entries)
-    storage.write_atomic(options.metrics_path, data)
-    outputs = [
-        provenance.FileDigest(
-            storage.to_uri(options.metrics_path), hashlib.sha256(data).hexdigest(), len(data)
-        )
-    ]
+    sha256, size = write_metrics(options.metrics_path, reduction.entries)
+    outputs = [provenance.FileDigest(storage.to_uri(options.metrics_path), sha256, size)]
     if options.merge_shards:
         outputs.insert(0, merged if merged is not None else provenance.digest(options.output))
     inputs = input_digests(parts, options)
