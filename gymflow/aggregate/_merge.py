@@ -36,11 +36,19 @@ _COPY_MIN = 256 * 2**10
 """Spans at least this long are copied by the kernel; shorter ones through a buffer."""
 
 
-def sorted_rows(scans: Sequence[ShardScan]) -> list[tuple[ShardScan, ScanRow]]:
-    """Every loaded row in merge order: (task, rollout), then shard order, then line order."""
-    pairs = [(scan, row) for scan in scans for row in scan.rows]
-    pairs.sort(key=lambda pair: (pair[1].facts.task, pair[1].facts.rollout, pair[0].index, pair[1].line))
-    return pairs
+def sorted_rows(scans: Sequence[ShardScan]) -> list[ScanRow]:
+    """Every loaded row in merge order: (task, rollout), then shard order, then line order (a
+    stable sort of the shards' rows, each shard's in line order, by (task, rollout) alone)."""
+    rows = [row for scan in scans for row in scan.rows]
+    if all(0 <= row.facts.task < _KEY_LIMIT and 0 <= row.facts.rollout < _KEY_LIMIT for row in rows):
+        # One small integer per row instead of a tuple: the keys are all held while sorting.
+        rows.sort(key=lambda row: row.facts.task << 32 | row.facts.rollout)
+    else:
+        rows.sort(key=lambda row: (row.facts.task, row.facts.rollout))
+    return rows
+
+
+_KEY_LIMIT = 2**32
 
 
 def _os_path(url: str) -> str:
@@ -69,8 +77,13 @@ class _Batches:
     ``copy_min``, a run of verbatim rows at least that long comes alone, as a :class:`Span`."""
 
     def __init__(
-        self, order: Sequence[tuple[ShardScan, ScanRow]], handles: dict[int, int], copy_min: int | None = None
+        self,
+        scans: Sequence[ShardScan],
+        order: Sequence[ScanRow],
+        handles: dict[int, int],
+        copy_min: int | None = None,
     ) -> None:
+        self.scans = {scan.index: scan for scan in scans}
         self.order = order
         self.handles = handles
         self.copy_min = copy_min
@@ -80,14 +93,14 @@ class _Batches:
         """(rows, bytes) of the run of verbatim rows from ``start``: adjacent in one shard, at
         most ``budget`` bytes (no row at all if the first is longer), extended only while shorter
         than ``stop_at``."""
-        scan, row = self.order[start]
+        row = self.order[start]
         if budget is not None and row.length > budget:
             return 0, 0
         end = row.offset + row.length
         index = start + 1
         while index < len(self.order) and (stop_at is None or end - row.offset < stop_at):
-            next_scan, next_row = self.order[index]
-            if next_scan is not scan or not next_row.compact or next_row.offset != end:
+            next_row = self.order[index]
+            if next_row.shard != row.shard or not next_row.compact or next_row.offset != end:
                 break
             if budget is not None and end + next_row.length - row.offset > budget:
                 break
@@ -102,7 +115,8 @@ class _Batches:
         index = start
         with memoryview(buffer) as view:
             while index < len(self.order):
-                scan, row = self.order[index]
+                row = self.order[index]
+                scan = self.scans[row.shard]
                 if row.compact:
                     if (
                         self.copy_min is not None
@@ -166,7 +180,9 @@ def _read_into(handle: int, scan: ShardScan, offset: int, target: memoryview, li
 
 
 @contextmanager
-def _batches(scans: Sequence[ShardScan], copy_min: int | None) -> Iterator[Iterator[tuple[Batch, _Batches]]]:
+def _batches(
+    scans: Sequence[ShardScan], order: Sequence[ScanRow] | None, copy_min: int | None
+) -> Iterator[Iterator[tuple[Batch, _Batches]]]:
     """The batches of the merged file, each filled on a reader thread while the one before is
     consumed; a buffer goes back to ``free`` once consumed."""
     handles: dict[int, int] = {}
@@ -174,7 +190,7 @@ def _batches(scans: Sequence[ShardScan], copy_min: int | None) -> Iterator[Itera
     try:
         for scan in scans:
             handles[scan.index] = os.open(_os_path(scan.source), os.O_RDONLY)
-        batches = _Batches(sorted_rows(scans), handles, copy_min)
+        batches = _Batches(scans, sorted_rows(scans) if order is None else order, handles, copy_min)
 
         def each() -> Iterator[tuple[Batch, _Batches]]:
             pending = reader.submit(batches.fill, 0) if batches.order else None
@@ -190,12 +206,14 @@ def _batches(scans: Sequence[ShardScan], copy_min: int | None) -> Iterator[Itera
             os.close(handle)
 
 
-def merged_lines(scans: Sequence[ShardScan]) -> Iterator[bytes | bytearray | memoryview]:
+def merged_lines(
+    scans: Sequence[ShardScan], order: Sequence[ScanRow] | None = None
+) -> Iterator[bytes | bytearray | memoryview]:
     """The merged file's bytes, in batches of a few MB, the next batch read ahead on a helper
     thread while this one is consumed. A batch is valid until the next one is asked for (its
     buffer is reused). Rows are read with ``pread``: memory-mapping the shards would count their
     pages in the process's resident memory."""
-    with _batches(scans, None) as each:
+    with _batches(scans, order, None) as each:
         for (buffer, used, _), batches in each:
             assert not isinstance(buffer, Span)
             if used < 0:
@@ -206,7 +224,7 @@ def merged_lines(scans: Sequence[ShardScan]) -> Iterator[bytes | bytearray | mem
             batches.free.append(cast(bytearray, buffer))  # consumed: the next fill may reuse it
 
 
-def _write_local(scans: Sequence[ShardScan], output: str) -> tuple[str, int]:
+def _write_local(scans: Sequence[ShardScan], order: Sequence[ScanRow] | None, output: str) -> tuple[str, int]:
     """Write the merged file to the local ``output``: buffers written while a helper thread
     hashes them, long runs copied by the kernel (and hashed from the shard)."""
     digest = hashlib.sha256()
@@ -226,7 +244,7 @@ def _write_local(scans: Sequence[ShardScan], output: str) -> tuple[str, int]:
 
     def write(target: int) -> tuple[str, int]:
         size = 0
-        with _batches(scans, _COPY_MIN) as each, threads.executor(1, "gymflow-merge-hash") as hasher:
+        with _batches(scans, order, _COPY_MIN) as each, threads.executor(1, "gymflow-merge-hash") as hasher:
             hashed: Future[None] | None = None
             for (piece, used, _), batches in each:
                 if isinstance(piece, Span):
@@ -272,15 +290,17 @@ def _parse(data: bytes) -> object:
     return loads_exact(data.strip(b" \t\n\r"))[0]
 
 
-def write_merged(scans: Sequence[ShardScan], output: str) -> FileDigest:
+def write_merged(
+    scans: Sequence[ShardScan], output: str, order: Sequence[ScanRow] | None = None
+) -> FileDigest:
     """Write all rows of ``scans`` to ``output`` in merge order, atomically; return its digest
     (hashed while it is written)."""
     if storage.is_local(output):
-        sha256, size = _write_local(scans, output)
+        sha256, size = _write_local(scans, order, output)
     else:
         # The batches are bytes-like (memoryviews of reused buffers), which the writer and the
         # hash take as they take bytes.
-        sha256, size = storage.write_atomic_lines(output, cast(Iterator[bytes], merged_lines(scans)))
+        sha256, size = storage.write_atomic_lines(output, cast(Iterator[bytes], merged_lines(scans, order)))
     merged = FileDigest(storage.to_uri(output), sha256, size)
     provenance.remember(output, merged)  # the health check that follows need not hash it again
     return merged

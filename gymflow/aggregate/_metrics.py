@@ -64,7 +64,12 @@ def key_metrics(agent_metrics: dict[str, Any], coverage: dict[str, int]) -> dict
 
 
 def _sorted_unique(rows: Sequence[RowFacts], label: str) -> list[RowFacts]:
-    ordered = sorted(rows, key=lambda row: (row.task, row.rollout))
+    ordered = list(rows)
+    if any(
+        (previous.task, previous.rollout) > (current.task, current.rollout)
+        for previous, current in zip(ordered, ordered[1:], strict=False)
+    ):  # rows usually come sorted (the reduce step's merge order): no keys to hold then
+        ordered.sort(key=lambda row: (row.task, row.rollout))
     for previous, current in zip(ordered, ordered[1:], strict=False):
         if (previous.task, previous.rollout) == (current.task, current.rollout):
             raise DuplicateRolloutError(

@@ -11,9 +11,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gymflow.aggregate._merge import sorted_rows
 from gymflow.aggregate._metrics import group_metrics
 from gymflow.aggregate._rows import RowFacts, ScoreSpec, extract
-from gymflow.aggregate._scan import NO_AGENT, GroupRef, ShardScan, paused_gc
+from gymflow.aggregate._scan import NO_AGENT, GroupRef, ScanRow, ShardScan, paused_gc
 from gymflow.aggregate._sidecars import ShardSidecars
 from gymflow.errors import InputError
 from gymflow.perf_summary import PerfAccumulator
@@ -55,24 +56,42 @@ class Reduction:
     groups: dict[str, GroupRef] = field(default_factory=dict)
 
 
-def _duplicate_check(scans: Sequence[ShardScan]) -> None:
-    seen: dict[Identity, tuple[str, int]] = {}
-    for scan in scans:
-        for row in scan.rows:
-            identity = (row.group.key, row.facts.task, row.facts.rollout)
-            first = seen.get(identity)
-            if first is None:
-                seen[identity] = (scan.url, row.line)
-                continue
-            where = (
-                f"in {first[0]!r} and {scan.url!r}"
-                if first[0] != scan.url
-                else f"in {scan.url!r} at lines {first[1]} and {row.line}"
-            )
-            raise InputError(
-                f"Duplicate rollout (group {identity[0]!r}, task {identity[1]}, "
-                f"rollout {identity[2]}) {where}"
-            )
+def _duplicate_check(scans: Sequence[ShardScan], order: Sequence[ScanRow]) -> None:
+    """Raise for a rollout identity that occurs twice, naming the first repeat in reading order
+    (shard, then line) and where that identity came first. ``order``: the rows in merge order,
+    where rows sharing a (task, rollout) key are adjacent."""
+    repeat: tuple[ScanRow, ScanRow] | None = None
+    start = 0
+    for index in range(1, len(order) + 1):
+        first = order[start].facts
+        if (
+            index < len(order)
+            and order[index].facts.task == first.task
+            and order[index].facts.rollout == first.rollout
+        ):
+            continue
+        if index - start > 1:
+            seen: dict[str, ScanRow] = {}
+            for row in order[start:index]:
+                earlier = seen.setdefault(row.group.key, row)
+                if earlier is not row and (
+                    repeat is None or (row.shard, row.line) < (repeat[0].shard, repeat[0].line)
+                ):
+                    repeat = (row, earlier)
+        start = index
+    if repeat is None:
+        return
+    row, earlier = repeat
+    urls = {scan.index: scan.url for scan in scans}
+    where = (
+        f"in {urls[earlier.shard]!r} and {urls[row.shard]!r}"
+        if earlier.shard != row.shard
+        else f"in {urls[row.shard]!r} at lines {earlier.line} and {row.line}"
+    )
+    raise InputError(
+        f"Duplicate rollout (group {row.group.key!r}, task {row.facts.task}, "
+        f"rollout {row.facts.rollout}) {where}"
+    )
 
 
 def assign_labels(groups: dict[str, GroupRef]) -> dict[str, str]:
@@ -104,36 +123,41 @@ def reduce_shards(
     scans: Sequence[ShardScan],
     sidecars: Sequence[ShardSidecars],
     settings: ReduceSettings,
+    order: Sequence[ScanRow] | None = None,
 ) -> Reduction:
-    """Group, count-as-zero, compute the metrics of every group, and the coverage numbers.
+    """Group, count-as-zero, compute the metrics of every group, and the coverage numbers
+    (``order``: :func:`~gymflow.aggregate._merge.sorted_rows` of ``scans``, when the caller has it).
 
     Raises :class:`InputError` for a rollout identity that occurs twice (naming both places).
     """
     with paused_gc():
-        return _reduce(scans, sidecars, settings)
+        return _reduce(scans, sidecars, settings, sorted_rows(scans) if order is None else order)
 
 
 def _reduce(
     scans: Sequence[ShardScan],
     sidecars: Sequence[ShardSidecars],
     settings: ReduceSettings,
+    order: Sequence[ScanRow],
 ) -> Reduction:
-    _duplicate_check(scans)
+    _duplicate_check(scans, order)
     lines: list[str] = []
     warnings: list[str] = []
     rows: dict[str, list[RowFacts]] = {}
     groups: dict[str, GroupRef] = {}
     perf: dict[str, PerfAccumulator] = {}
     carried: dict[str, set[str]] = {}
-    scored_ids: set[Identity] = set()
     anonymous_rows = 0
+    for row in order:  # each group's rows in key order
+        if row.group.key == NO_AGENT and not row.group.is_environment:
+            anonymous_rows += 1
+        groups.setdefault(row.group.key, row.group)
+        rows.setdefault(row.group.key, []).append(row.facts)
+    # The identities scored, only where sidecar rows are to be matched against them (each row's
+    # identity is unique, as checked above).
+    matching = any(car.failures or car.materialized for car in sidecars)
+    scored_ids = {(row.group.key, row.facts.task, row.facts.rollout) for row in order} if matching else set()
     for scan in scans:
-        for row in scan.rows:
-            if row.group.key == NO_AGENT and not row.group.is_environment:
-                anonymous_rows += 1
-            groups.setdefault(row.group.key, row.group)
-            rows.setdefault(row.group.key, []).append(row.facts)
-            scored_ids.add((row.group.key, row.facts.task, row.facts.rollout))
         for key, accumulator in scan.perf.items():
             perf.setdefault(key, PerfAccumulator()).merge(accumulator)
         for key, names in scan.row_keys.items():
@@ -225,7 +249,7 @@ def _reduce(
         entries.append(entry)
 
     scored = sum(len(group_rows) for group_rows in rows.values())
-    expected = len(materialized_ids | scored_ids | dropped_ids)
+    expected = len(materialized_ids | scored_ids | dropped_ids) if matching else scored
     coverage = Coverage(
         expected=expected, scored=scored, dropped=dict(sorted(dropped.items())), imputed=imputed
     )

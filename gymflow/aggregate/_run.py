@@ -16,11 +16,11 @@ from typing import Any
 import orjson
 
 from gymflow import provenance, storage, threads
-from gymflow.aggregate._merge import write_merged
+from gymflow.aggregate._merge import sorted_rows, write_merged
 from gymflow.aggregate._metrics_file import metrics_bytes, write_metrics
 from gymflow.aggregate._reduce import Coverage, ReduceSettings, Reduction, key_metrics_lines, reduce_shards
 from gymflow.aggregate._scan import ShardScan, parse_line, paused_gc, resolve_group, scan_shard
-from gymflow.aggregate._select import metrics_path
+from gymflow.aggregate._select import failures_path, materialized_path, metrics_path
 from gymflow.aggregate._server import ServerSettings, server_entries
 from gymflow.aggregate._sidecars import ShardSidecars, read_sidecars
 from gymflow.frozen import FrozenDict, freeze
@@ -137,7 +137,12 @@ def scan_part(shard: str, index: int, options: AggregateOptions, spool_dir: str 
         settings = options.settings
         track = bool(settings.count_failure_classes_as_zero or settings.count_missing_rollouts_as_zero)
         scan = scan_shard(shard, index, settings.pass_majority, options.agent_environments, spool_dir, track)
-    keys = {(row.facts.task, row.facts.rollout) for row in scan.rows}
+    # The shard's keys, for its failures sidecar (rows it has are not failures).
+    keys = (
+        {(row.facts.task, row.facts.rollout) for row in scan.rows}
+        if storage.isfile(failures_path(shard))
+        else ()
+    )
     return ShardPart(scan, read_sidecars(shard, keys, options.agent_environments))
 
 
@@ -194,8 +199,6 @@ def cache_key(options: AggregateOptions, inputs: Sequence[tuple[str, provenance.
 
 def prehash(shards: Sequence[str], options: AggregateOptions) -> list[tuple[str, provenance.FileDigest]]:
     """Digests of the inputs without parsing them: what the up-to-date check compares."""
-    from gymflow.aggregate._select import failures_path, materialized_path
-
     out: list[tuple[str, provenance.FileDigest]] = []
     for index, shard in enumerate(shards):
         out.append((f"shard:{index}", provenance.digest(shard)))
@@ -306,14 +309,15 @@ def merge_and_reduce(
         _responsive_threads(),
         threads.executor(1, "gymflow-merge") as writer,
     ):
+        scans = [part.scan for part in parts]
+        with paused_gc():
+            order = sorted_rows(scans)
         pending = None
         if options.merge_shards:
-            pending = writer.submit(write_merged, [part.scan for part in parts], options.output)
+            pending = writer.submit(write_merged, scans, options.output, order)
         try:
             with paused_gc():
-                reduction = reduce_shards(
-                    [p.scan for p in parts], [p.sidecars for p in parts], options.settings
-                )
+                reduction = reduce_shards(scans, [p.sidecars for p in parts], options.settings, order)
         finally:
             merged = None if pending is None else pending.result()
     return reduction, merged

@@ -76,10 +76,11 @@ def resolve_group(row: Mapping[str, Any], agent_environments: Mapping[str, str])
 
 @dataclass(slots=True)
 class ScanRow:
-    """One loaded row: its facts, group, line number and byte span in the shard."""
+    """One loaded row: its facts, group, shard (its index), line number and byte span there."""
 
     facts: RowFacts
     group: GroupRef
+    shard: int
     line: int
     offset: int
     length: int
@@ -291,7 +292,7 @@ def scan_shard(
             accumulator.add(row.get("ng_perf"))
             if track_keys:
                 scan.row_keys[group.key].update(row)
-            rows.append(ScanRow(facts, group, line_number, offset, size, compact))
+            rows.append(ScanRow(facts, group, index, line_number, offset, size, compact))
         flush()
         for future in pending:
             future.result()
