@@ -74,17 +74,54 @@ def resolve_group(row: Mapping[str, Any], agent_environments: Mapping[str, str])
     return _group(agent_name, False, agent_name)
 
 
-@dataclass(slots=True)
 class ScanRow:
-    """One loaded row: its facts, group, shard (its index), line number and byte span there."""
+    """One loaded row: its facts, group, shard (its index), line number and byte span there.
 
-    facts: RowFacts
-    group: GroupRef
-    shard: int
-    line: int
-    offset: int
-    length: int
-    compact: bool
+    The line, offset and length are packed into one integer (a row is held for every line of
+    the input: one object instead of three).
+    """
+
+    __slots__ = ("compact", "facts", "group", "shard", "_place")
+
+    def __init__(
+        self, facts: RowFacts, group: GroupRef, shard: int, line: int, offset: int, length: int, compact: bool
+    ) -> None:
+        self.facts = facts
+        self.group = group
+        self.shard = shard
+        self.compact = compact
+        self._place = (
+            (line << 40 | length) << 48 | offset
+            if length < 2**40 and offset < 2**48
+            else (line, offset, length)
+        )
+
+    def _fields(self) -> tuple[Any, ...]:
+        return (self.facts, self.group, self.shard, self.line, self.offset, self.length, self.compact)
+
+    def __eq__(self, other: object) -> bool:
+        return self._fields() == other._fields() if isinstance(other, ScanRow) else NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        names = ("facts", "group", "shard", "line", "offset", "length", "compact")
+        return f"ScanRow({', '.join(f'{n}={v!r}' for n, v in zip(names, self._fields(), strict=True))})"
+
+    @property
+    def line(self) -> int:
+        place = self._place
+        return place[0] if isinstance(place, tuple) else place >> 88
+
+    @property
+    def offset(self) -> int:
+        place = self._place
+        return place[1] if isinstance(place, tuple) else place & (2**48 - 1)
+
+    @property
+    def length(self) -> int:
+        place = self._place
+        return place[2] if isinstance(place, tuple) else place >> 48 & (2**40 - 1)
 
 
 @dataclass

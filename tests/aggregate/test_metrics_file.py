@@ -46,3 +46,22 @@ def test_integer_beyond_64_bits_falls_back_to_json_for_the_whole_file(tmp_path: 
     assert write_metrics(str(path), entries) == (hashlib.sha256(expected).hexdigest(), len(expected))
     assert path.read_bytes() == expected
     assert [p.name for p in tmp_path.iterdir()] == ["m.json"]
+
+
+def test_shared_values_keep_their_type_and_sign() -> None:
+    rows = [row(0, 0, -0.0, n=7, response=usage(7)), row(0, 1, 0.0, n=7.0, response=usage(7))]
+    first, second = facts(rows)
+    assert [(type(v), str(v)) for v in first.field_values] == [(float, "-0.0"), (int, "7"), (int, "7")]
+    assert [(type(v), str(v)) for v in second.field_values] == [(float, "0.0"), (float, "7.0"), (int, "7")]
+    assert first.info == {"rollout_id": "0:0", "_ng_task_index": 0, "_ng_rollout_index": 0, "reward": -0.0,
+                          "output_tokens": 7, "n": 7}  # fmt: skip
+
+
+def test_a_row_place_beyond_the_packed_range_reads_back() -> None:
+    from gymflow.aggregate._scan import ScanRow, resolve_group
+
+    (item,) = facts([row(0, 0, 1.0)])
+    group = resolve_group({}, {})
+    for line, offset, length in ((3, 10, 20), (2**60, 2**50, 2**41), (1, 2**48 - 1, 2**40 - 1)):
+        placed = ScanRow(item, group, 0, line, offset, length, True)
+        assert (placed.line, placed.offset, placed.length) == (line, offset, length)
