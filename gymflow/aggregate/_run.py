@@ -235,7 +235,8 @@ def write_outputs(
 
     ``merged`` is the merged file's digest when the merge computed it while writing.
     """
-    sha256, size = write_metrics(options.metrics_path, reduction.entries)
+    with paused_gc():  # the task objects made while writing form no cycles
+        sha256, size = write_metrics(options.metrics_path, reduction.entries)
     outputs = [provenance.FileDigest(storage.to_uri(options.metrics_path), sha256, size)]
     if options.merge_shards:
         outputs.insert(0, merged if merged is not None else provenance.digest(options.output))
@@ -305,19 +306,20 @@ def merge_and_reduce(
     """Every group's metrics, and the merged file when ``options.merge_shards`` (its digest). The
     merged file is written (I/O and hashing, which release the GIL) while the metrics are
     computed; it is complete before this returns, even when the metrics fail."""
+    # The collector stays paused until the merge is done too: the merge thread's allocations
+    # (rows it re-serializes) would otherwise have it traverse every row's facts, again and again.
     with (
+        paused_gc(),
         _responsive_threads(),
         threads.executor(1, "gymflow-merge") as writer,
     ):
         scans = [part.scan for part in parts]
-        with paused_gc():
-            order = sorted_rows(scans)
+        order = sorted_rows(scans)
         pending = None
         if options.merge_shards:
             pending = writer.submit(write_merged, scans, options.output, order)
         try:
-            with paused_gc():
-                reduction = reduce_shards(scans, [p.sidecars for p in parts], options.settings, order)
+            reduction = reduce_shards(scans, [p.sidecars for p in parts], options.settings, order)
         finally:
             merged = None if pending is None else pending.result()
     return reduction, merged
