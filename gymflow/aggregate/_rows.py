@@ -17,7 +17,7 @@ import orjson
 
 from gymflow.errors import InputError
 
-__all__ = ["Answer", "RowFacts", "ScoreSpec", "extract", "read_index"]
+__all__ = ["Answer", "RowFacts", "ScoreSpec", "extract", "read_index", "shared_names"]
 
 Number = int | float
 Answer = str | int | float | bytes | None
@@ -34,7 +34,8 @@ class ScoreSpec:
 _NAMES: dict[tuple[str, ...], tuple[str, ...]] = {}
 
 
-def _shared(names: tuple[str, ...]) -> tuple[str, ...]:
+def shared_names(names: tuple[str, ...]) -> tuple[str, ...]:
+    """The one tuple kept of these names (rows' layouts are compared by identity)."""
     # Rows of one run share a handful of key layouts: keep one tuple of names per layout.
     return _NAMES.setdefault(names, names)
 
@@ -182,8 +183,8 @@ def extract(row: Mapping[str, Any], spec: ScoreSpec | None = None, where: str = 
         if name != "reward":
             info[name] = value
 
-    field_names, field_values = _shared(tuple(fields)), tuple(fields.values())
-    info_names, info_values = _shared(tuple(info)), tuple(info.values())
+    field_names, field_values = shared_names(tuple(fields)), tuple(fields.values())
+    info_names, info_values = shared_names(tuple(info)), tuple(info.values())
     if info_names is field_names and all(a is b for a, b in zip(field_values, info_values, strict=True)):
         info_values = field_values = _interned(field_values)  # the usual row: one tuple for both
     else:

@@ -16,13 +16,14 @@ from typing import Any
 import orjson
 
 from gymflow import provenance, storage, threads
-from gymflow.aggregate._merge import sorted_rows, write_merged
+from gymflow.aggregate._merge import write_merged
 from gymflow.aggregate._metrics_file import metrics_bytes, write_metrics
 from gymflow.aggregate._reduce import Coverage, ReduceSettings, Reduction, key_metrics_lines, reduce_shards
 from gymflow.aggregate._scan import ShardScan, parse_line, paused_gc, resolve_group, scan_shard
 from gymflow.aggregate._select import failures_path, materialized_path, metrics_path
 from gymflow.aggregate._server import ServerSettings, server_entries
 from gymflow.aggregate._sidecars import ShardSidecars, read_sidecars
+from gymflow.aggregate._spill import shard_rows, spiller
 from gymflow.frozen import FrozenDict, freeze
 from gymflow.run_context import RunContext
 
@@ -131,18 +132,24 @@ class AggregateOutcome:
     coverage: Coverage | None = None
 
 
-def scan_part(shard: str, index: int, options: AggregateOptions, spool_dir: str | None) -> ShardPart:
-    """Read one shard (hash, parse, facts) and its sidecars."""
+def scan_part(
+    shard: str, index: int, options: AggregateOptions, spool_dir: str | None, spill_dir: str | None = None
+) -> ShardPart:
+    """Read one shard (hash, parse, facts) and its sidecars; with ``spill_dir`` (local scratch
+    that outlives the part), its rows go there as sorted runs instead of staying in memory."""
     with paused_gc():
         settings = options.settings
         track = bool(settings.count_failure_classes_as_zero or settings.count_missing_rollouts_as_zero)
-        scan = scan_shard(shard, index, settings.pass_majority, options.agent_environments, spool_dir, track)
-    # The shard's keys, for its failures sidecar (rows it has are not failures).
-    keys = (
-        {(row.facts.task, row.facts.rollout) for row in scan.rows}
-        if storage.isfile(failures_path(shard))
-        else ()
-    )
+        spill = None if spill_dir is None else spiller(spill_dir)
+        scan = scan_shard(
+            shard, index, settings.pass_majority, options.agent_environments, spool_dir, track, spill
+        )
+        # The shard's keys, for its failures sidecar (rows it has are not failures).
+        keys = (
+            {(row.facts.task, row.facts.rollout) for row in shard_rows(scan)}
+            if storage.isfile(failures_path(shard))
+            else ()
+        )
     return ShardPart(scan, read_sidecars(shard, keys, options.agent_environments))
 
 
@@ -260,7 +267,7 @@ def up_to_date_line(options: AggregateOptions) -> str:
 
 
 def loaded_line(parts: Sequence[ShardPart]) -> str:
-    count = sum(len(part.scan.rows) for part in parts)
+    count = sum(part.scan.count for part in parts)
     return f"Loaded {count} rollout record(s) from {len(parts)} shard(s)"
 
 
@@ -314,12 +321,11 @@ def merge_and_reduce(
         threads.executor(1, "gymflow-merge") as writer,
     ):
         scans = [part.scan for part in parts]
-        order = sorted_rows(scans)
         pending = None
         if options.merge_shards:
-            pending = writer.submit(write_merged, scans, options.output, order)
+            pending = writer.submit(write_merged, scans, options.output)
         try:
-            reduction = reduce_shards(scans, [p.sidecars for p in parts], options.settings, order)
+            reduction = reduce_shards(scans, [p.sidecars for p in parts], options.settings)
         finally:
             merged = None if pending is None else pending.result()
     return reduction, merged

@@ -15,7 +15,7 @@ import gc
 import hashlib
 import os
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -33,6 +33,8 @@ from gymflow.perf_summary import PerfAccumulator
 __all__ = ["GroupRef", "ScanRow", "ShardScan", "parse_line", "resolve_group", "scan_shard"]
 
 _HASH_BATCH = 4 * 2**20
+RUN_ROWS = 65_536
+"""Rows a spilling scan holds at most before it writes them out as one run."""
 _JSON_SPACE = b" \t\n\r"
 
 NO_AGENT = "agent"
@@ -108,6 +110,18 @@ class ScanRow:
         names = ("facts", "group", "shard", "line", "offset", "length", "compact")
         return f"ScanRow({', '.join(f'{n}={v!r}' for n, v in zip(names, self._fields(), strict=True))})"
 
+    @classmethod
+    def placed(cls, facts: RowFacts, group: GroupRef, shard: int, place: Any, compact: bool) -> ScanRow:
+        """A row from its :attr:`place` (as a spilled row keeps it)."""
+        row = cls.__new__(cls)
+        row.facts, row.group, row.shard, row._place, row.compact = facts, group, shard, place, compact
+        return row
+
+    @property
+    def place(self) -> Any:
+        """Line, offset and length, packed."""
+        return self._place
+
     @property
     def line(self) -> int:
         place = self._place
@@ -133,8 +147,15 @@ class ShardScan:
     sha256: str
     nbytes: int
     rows: list[ScanRow] = field(default_factory=list)
+    """The rows held (in line order): all of them, unless they were spilled as ``runs``."""
+    runs: list[str] = field(default_factory=list)
+    """Local files of the rows spilled, each sorted by key (``gymflow.aggregate._spill``)."""
+    count: int = 0
+    """Rows loaded."""
     perf: dict[str, PerfAccumulator] = field(default_factory=dict)
     row_keys: dict[str, set[str]] = field(default_factory=dict)
+    groups: dict[str, GroupRef] = field(default_factory=dict)
+    """Each group's reference as its first row in the shard names it."""
     spool: str | None = None
 
     @property
@@ -256,12 +277,14 @@ def scan_shard(
     agent_environments: Mapping[str, str] | None = None,
     spool_dir: str | None = None,
     track_keys: bool = True,
+    spill: Callable[[list[ScanRow]], str] | None = None,
 ) -> ShardScan:
     """Stream ``url`` once: SHA-256 of its bytes, and the facts of every non-blank line.
 
     ``spool_dir`` (used for non-local shards) receives a local copy of the bytes for the merge.
     ``track_keys`` records the top-level keys each group's rows carry (only the count-as-zero
-    rules need them).
+    rules need them). ``spill`` takes the rows held every :data:`RUN_ROWS` rows and at the end,
+    and returns the file it wrote them to (a run); else they stay in ``rows``.
     Raises :class:`InputError` naming file and line for a malformed line or index.
     """
     environments = agent_environments or {}
@@ -326,10 +349,19 @@ def scan_shard(
             if accumulator is None:
                 accumulator = perf[group.key] = PerfAccumulator()
                 scan.row_keys[group.key] = set()
+                scan.groups[group.key] = group
             accumulator.add(row.get("ng_perf"))
             if track_keys:
                 scan.row_keys[group.key].update(row)
             rows.append(ScanRow(facts, group, index, line_number, offset, size, compact))
+            if spill is not None and len(rows) >= RUN_ROWS:
+                scan.count += len(rows)
+                scan.runs.append(spill(rows))
+                rows = scan.rows = []
+        scan.count += len(rows)
+        if spill is not None and rows:
+            scan.runs.append(spill(rows))
+            scan.rows = []
         flush()
         for future in pending:
             future.result()
