@@ -1,7 +1,8 @@
 """Writing the merged rollouts file (aggregate.md §1.3): all rows sorted by (task, rollout).
 
-Rows are copied from the shards' bytes (the local spool for remote shards) in sorted order, so
-memory does not depend on the file size. A row already in compact JSON is copied verbatim; any
+Rows are copied from the shards' bytes (the local spool for remote shards) in sorted order
+(:func:`gymflow.aggregate._spill.merge_order`, taken as they are written), so memory depends
+neither on the file size nor on the number of rows. A row already in compact JSON is copied verbatim; any
 other row is re-serialized compactly. The file is replaced atomically.
 
 Rows that lie next to each other in one shard and are copied verbatim form a *run*, read as one

@@ -3,7 +3,7 @@
 A :class:`RowFacts` holds the identity, the mask flag, the numeric fields of aggregate.md §3.2, the
 ``rollout_infos`` entry of §3.4 and (for the opt-in pass@k family) the score and answer. Everything
 else of the row (responses, trajectories, payloads) is dropped as soon as the row is parsed, so
-memory grows with the number of rows, never with their size.
+a row costs the same whatever its size (and, spilled, no memory: ``gymflow.aggregate._spill``).
 """
 
 from __future__ import annotations

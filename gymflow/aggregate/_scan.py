@@ -1,7 +1,8 @@
 """Reading one shard in a single streaming pass: hash, parse, per-row facts (aggregate.md §1.3).
 
 :func:`scan_shard` is the per-shard unit of work (one Prefect task per shard runs it). It keeps,
-per row, only its :class:`RowFacts`, its group and where its bytes are, never the row itself.
+per row, only its :class:`RowFacts`, its group and where its bytes are, never the row itself;
+given somewhere to spill them (a direct run), it holds at most :data:`RUN_ROWS` of those.
 Rows are read with :func:`gymflow.jsonline.loads_shallow` (the few fields the metrics read are
 decoded, the rest only validated), falling back to the full exact reading for any line it cannot
 vouch for, so rows and errors are those of :func:`gymflow.jsonline.loads_exact`. Remote shards

@@ -7,7 +7,7 @@ a row set is summed as a pandas column would be, with absent values filled by 0.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gymflow.aggregate._numbers import (
@@ -208,7 +208,7 @@ def _interval(average: float, sem: float, count: int, warnings: list[str]) -> tu
     return average - half, average + half
 
 
-def repeat_statistics(values_by_field: dict[str, list[float]], warnings: list[str]) -> dict[str, Any]:
+def repeat_statistics(values_by_field: Mapping[str, Sequence[float]], warnings: list[str]) -> dict[str, Any]:
     """§3.5 columns of one repeat: per field (sorted by name) over its n >= 1 values."""
     out: dict[str, Any] = {}
     for name in sorted(values_by_field):
