@@ -155,10 +155,12 @@ def column_statistics(gathered: Survey) -> dict[str, Any]:
 
 
 def repeat_columns(gathered: Survey) -> dict[int, dict[str, array[float]]]:
-    """Per rollout index, each field's values in the rows of that rollout (in row order)."""
+    """Per rollout index, each field's values in the rows of that rollout (in row order). Takes
+    the columns out of ``gathered`` one by one (a field's values are held once, not twice)."""
     out: dict[int, dict[str, array[float]]] = {}
     rollouts = gathered.rollouts
-    for name, column in gathered.columns.items():
+    for name in list(gathered.columns):
+        column = gathered.columns.pop(name)
         places: Iterable[int] = range(len(column.values)) if column.positions is None else column.positions
         for place, value in zip(places, column.values, strict=True):
             rollout = rollouts[place]

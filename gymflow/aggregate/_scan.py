@@ -34,7 +34,7 @@ from gymflow.perf_summary import PerfAccumulator
 __all__ = ["GroupRef", "ScanRow", "ShardScan", "parse_line", "resolve_group", "scan_shard"]
 
 _HASH_BATCH = 4 * 2**20
-RUN_ROWS = 65_536
+RUN_ROWS = 32_768
 """Rows a spilling scan holds at most before it writes them out as one run."""
 _JSON_SPACE = b" \t\n\r"
 
