@@ -135,7 +135,7 @@ def _statistics(
     middle_value = median(values)
     if count < 2:
         return average, high, low, middle_value, None
-    squares = array("d", [(average - value) * (average - value) for value in values])
+    squares = array("d", ((average - value) * (average - value) for value in values))
     if column.positions is not None:
         spread = array("d", bytes(8 * rows))
         for place, square in zip(column.positions, squares, strict=True):
