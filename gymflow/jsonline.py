@@ -116,12 +116,27 @@ _HUGE_MANTISSA = b"0" * 200
 _LONG_EXPONENT = re.compile(rb"e000+(?:,|\Z)")
 
 
+_NUMBER_BYTES = frozenset(b"0123456789.-+eE")
+
+
 def _may_leave_float_range(data: bytes) -> bool:
     """Whether a number literal in ``data`` could lie beyond the finite float range (which orjson
     refuses and msgspec's skipping does not check): over-approximated by byte patterns, which
-    also match inside strings (such lines just take the full reading)."""
+    also match inside strings (such lines just take the full reading). A literal with a long
+    exponent (``1.7976931348623157e+308`` is finite) is asked of orjson itself."""
     mask = data.translate(_NUMBER_MASK)
-    return _HUGE_MANTISSA in mask or _LONG_EXPONENT.search(mask) is not None
+    if _HUGE_MANTISSA in mask:
+        return True
+    for match in _LONG_EXPONENT.finditer(mask):
+        start = match.start()
+        while start and data[start - 1] in _NUMBER_BYTES:
+            start -= 1
+        end = match.end() - (1 if match.group().endswith(b",") else 0)
+        try:
+            orjson.loads(data[start:end])
+        except orjson.JSONDecodeError:  # beyond the range, or no number (then inside a string)
+            return True
+    return False
 
 
 def loads_shallow(data: bytes) -> dict[str, Any] | None:

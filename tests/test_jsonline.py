@@ -70,6 +70,10 @@ def test_shallow_reading_agrees_with_the_exact_reading_line_by_line() -> None:
         (b'{"a":' + b"[" * 1025 + b"]" * 1025 + b"}", False),
         (b'{"id":"rs_3e462c","t":1e-05,"big":123456789012345678901234567890}\n', True),
         (b'{"a":' + b"1" * 150 + b"e99}", True),
+        (b'{"huge":1.7976931348623157e+308,"n":[-1.7976931348623158E+308],"m":1e-400,"s":"1e999"}', True),
+        (b'{"a":[1.7976931348623159e+308]}', False),
+        (b'{"a":{"b":-1E+0309}}', False),
+        (b'{"a":1.5e+300,"b":[2e999]}', False),
     ],
 )
 def test_shallow_reading_refuses_what_the_strict_rule_refuses(line: bytes, readable: bool) -> None:

@@ -54,10 +54,12 @@ class ShardWork:
     options: AggregateOptions
     spool_dir: str | None
     digests: Digests
+    spill_dir: str | None = None
+    """Local scratch for the shard's rows (set where results are not stored: it is gone after)."""
 
 
 def _scan(work: ShardWork) -> ShardPart:
-    return scan_part(work.shard, work.index, work.options, work.spool_dir)
+    return scan_part(work.shard, work.index, work.options, work.spool_dir, work.spill_dir)
 
 
 def _shard_key(work: ShardWork) -> str:
@@ -166,7 +168,11 @@ def _run(
             progress(part.scan.nbytes)
 
     try:
-        work = [ShardWork(shard, index, options, spool_dir, digests) for index, shard in enumerate(located)]
+        spill_dir = spool_dir if executor.same_machine and not executor.persistent else None
+        work = [
+            ShardWork(shard, index, options, spool_dir, digests, spill_dir)
+            for index, shard in enumerate(located)
+        ]
         if remote and not executor.same_machine:
             parts = []
             for item in work:

@@ -1,7 +1,8 @@
 """Writing the merged rollouts file (aggregate.md §1.3): all rows sorted by (task, rollout).
 
-Rows are copied from the shards' bytes (the local spool for remote shards) in sorted order, so
-memory does not depend on the file size. A row already in compact JSON is copied verbatim; any
+Rows are copied from the shards' bytes (the local spool for remote shards) in sorted order
+(:func:`gymflow.aggregate._spill.merge_order`, taken as they are written), so memory depends
+neither on the file size nor on the number of rows. A row already in compact JSON is copied verbatim; any
 other row is re-serialized compactly. The file is replaced atomically.
 
 Rows that lie next to each other in one shard and are copied verbatim form a *run*, read as one
@@ -17,7 +18,8 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterator, Sequence
+from collections import deque
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -25,22 +27,16 @@ from typing import cast
 
 from gymflow import provenance, storage, threads
 from gymflow.aggregate._scan import ScanRow, ShardScan
+from gymflow.aggregate._spill import merge_order
 from gymflow.errors import InputError
 from gymflow.jsonline import dumps_exact, loads_exact
 from gymflow.provenance import FileDigest
 
-__all__ = ["merged_lines", "sorted_rows", "write_merged"]
+__all__ = ["merged_lines", "write_merged"]
 
 _BATCH = 4 * 2**20
 _COPY_MIN = 256 * 2**10
 """Spans at least this long are copied by the kernel; shorter ones through a buffer."""
-
-
-def sorted_rows(scans: Sequence[ShardScan]) -> list[tuple[ShardScan, ScanRow]]:
-    """Every loaded row in merge order: (task, rollout), then shard order, then line order."""
-    pairs = [(scan, row) for scan in scans for row in scan.rows]
-    pairs.sort(key=lambda pair: (pair[1].facts.task, pair[1].facts.rollout, pair[0].index, pair[1].line))
-    return pairs
 
 
 def _os_path(url: str) -> str:
@@ -58,72 +54,111 @@ class Span:
     newline: bool
 
 
-Batch = tuple[bytearray | bytes | Span, int, int]
-"""(buffer, bytes used, next row); bytes used is -1 for a lone piece (a row larger than a
-buffer, or a span for the kernel to copy)."""
+Batch = tuple[bytearray | bytes | Span, int, bool]
+"""(buffer, bytes used, whether rows remain); bytes used is -1 for a lone piece (a row larger
+than a buffer, or a span for the kernel to copy)."""
 
 
 class _Batches:
     """Fills reusable buffers with rows in merge order (on the reader thread: ``pread`` into
     the buffer releases the GIL, and no per-row bytes object is made for verbatim rows). With
-    ``copy_min``, a run of verbatim rows at least that long comes alone, as a :class:`Span`."""
+    ``copy_min``, a run of verbatim rows at least that long comes alone, as a :class:`Span`.
+    Rows are taken from ``order`` as they are written; only a short look-ahead is held."""
 
     def __init__(
-        self, order: Sequence[tuple[ShardScan, ScanRow]], handles: dict[int, int], copy_min: int | None = None
+        self,
+        scans: Sequence[ShardScan],
+        order: Iterable[ScanRow],
+        handles: dict[int, int],
+        copy_min: int | None = None,
     ) -> None:
-        self.order = order
+        self.scans = {scan.index: scan for scan in scans}
+        self._rows = iter(order)
+        self._ahead: deque[ScanRow] = deque()
         self.handles = handles
         self.copy_min = copy_min
         self.free: list[bytearray] = []
 
-    def _run(self, start: int, stop_at: int | None = None, budget: int | None = None) -> tuple[int, int]:
-        """(rows, bytes) of the run of verbatim rows from ``start``: adjacent in one shard, at
-        most ``budget`` bytes (no row at all if the first is longer), extended only while shorter
-        than ``stop_at``."""
-        scan, row = self.order[start]
+    def peek(self, index: int = 0) -> ScanRow | None:
+        """The ``index``-th row not yet taken (None past the last)."""
+        while len(self._ahead) <= index:
+            row = next(self._rows, None)
+            if row is None:
+                return None
+            self._ahead.append(row)
+        return self._ahead[index]
+
+    def _take(self) -> None:
+        if not self._ahead:
+            self.peek()
+        self._ahead.popleft()
+
+    def _continues(self, row: ScanRow, end: int, following: ScanRow | None) -> bool:
+        return (
+            following is not None
+            and following.shard == row.shard
+            and following.compact
+            and following.offset == end
+        )
+
+    def _probe(self, stop_at: int) -> int:
+        """Bytes of the run of verbatim rows ahead (adjacent in one shard), counted while shorter
+        than ``stop_at``; nothing is taken."""
+        row = self.peek()
+        assert row is not None
+        end = row.offset + row.length
+        index = 1
+        while end - row.offset < stop_at and self._continues(row, end, following := self.peek(index)):
+            assert following is not None
+            end += following.length
+            index += 1
+        return end - row.offset
+
+    def _take_run(self, budget: int | None = None) -> tuple[int, int]:
+        """Take the run of verbatim rows ahead: (rows, bytes), at most ``budget`` bytes (no row
+        at all if the first is longer)."""
+        row = self.peek()
+        assert row is not None
         if budget is not None and row.length > budget:
             return 0, 0
+        self._take()
         end = row.offset + row.length
-        index = start + 1
-        while index < len(self.order) and (stop_at is None or end - row.offset < stop_at):
-            next_scan, next_row = self.order[index]
-            if next_scan is not scan or not next_row.compact or next_row.offset != end:
+        rows = 1
+        while self._continues(row, end, following := self.peek()):
+            assert following is not None
+            if budget is not None and end + following.length - row.offset > budget:
                 break
-            if budget is not None and end + next_row.length - row.offset > budget:
-                break
-            end += next_row.length
-            index += 1
-        return index - start, end - row.offset
+            self._take()
+            end += following.length
+            rows += 1
+        return rows, end - row.offset
 
-    def fill(self, start: int) -> Batch:
-        """The next batch from row ``start`` on."""
+    def fill(self) -> Batch:
+        """The next batch."""
         buffer = self.free.pop() if self.free else bytearray(_BATCH)
         used = 0
-        index = start
         with memoryview(buffer) as view:
-            while index < len(self.order):
-                scan, row = self.order[index]
+            while (row := self.peek()) is not None:
+                scan = self.scans[row.shard]
                 if row.compact:
-                    if (
-                        self.copy_min is not None
-                        and self._run(index, stop_at=self.copy_min)[1] >= self.copy_min
-                    ):
+                    if self.copy_min is not None and self._probe(self.copy_min) >= self.copy_min:
                         if used:
                             break  # the span comes next, on its own
-                        rows, length = self._run(index)
+                        _, length = self._take_run()
                         self.free.append(buffer)
                         at_end = row.offset + length >= scan.nbytes
                         newline = at_end and _read_byte(self.handles, scan, row.offset + length - 1) != b"\n"
-                        return Span(scan, row.offset, length, newline), -1, index + rows
+                        return Span(scan, row.offset, length, newline), -1, self.peek() is not None
                     # The longest run that fits (a byte kept for a missing last newline).
-                    rows, length = self._run(index, budget=_BATCH - used - 1)
+                    rows, length = self._take_run(budget=_BATCH - used - 1)
                     if not rows:
                         if used:
                             break
                         # a row larger than a buffer: on its own
+                        self._take()
                         self.free.append(buffer)
                         data = _read(self.handles, scan, row)
-                        return (data if data.endswith(b"\n") else data + b"\n"), -1, index + 1
+                        return (data if data.endswith(b"\n") else data + b"\n"), -1, self.peek() is not None
                     _read_into(
                         self.handles[scan.index], scan, row.offset, view[used : used + length], row.line
                     )
@@ -131,18 +166,18 @@ class _Batches:
                     if buffer[used - 1] != 0x0A:  # the shard's last line, without its newline
                         buffer[used] = 0x0A
                         used += 1
-                    index += rows
                     continue
                 line = _compact(_parse(_read(self.handles, scan, row))) + b"\n"
                 if used + len(line) > _BATCH:
                     if used:
                         break
+                    self._take()
                     self.free.append(buffer)
-                    return line, -1, index + 1
+                    return line, -1, self.peek() is not None
+                self._take()
                 view[used : used + len(line)] = line
                 used += len(line)
-                index += 1
-        return buffer, used, index
+        return buffer, used, self.peek() is not None
 
 
 def _read(handles: dict[int, int], scan: ShardScan, row: ScanRow) -> bytes:
@@ -166,7 +201,9 @@ def _read_into(handle: int, scan: ShardScan, offset: int, target: memoryview, li
 
 
 @contextmanager
-def _batches(scans: Sequence[ShardScan], copy_min: int | None) -> Iterator[Iterator[tuple[Batch, _Batches]]]:
+def _batches(
+    scans: Sequence[ShardScan], order: Iterable[ScanRow] | None, copy_min: int | None
+) -> Iterator[Iterator[tuple[Batch, _Batches]]]:
     """The batches of the merged file, each filled on a reader thread while the one before is
     consumed; a buffer goes back to ``free`` once consumed."""
     handles: dict[int, int] = {}
@@ -174,13 +211,13 @@ def _batches(scans: Sequence[ShardScan], copy_min: int | None) -> Iterator[Itera
     try:
         for scan in scans:
             handles[scan.index] = os.open(_os_path(scan.source), os.O_RDONLY)
-        batches = _Batches(sorted_rows(scans), handles, copy_min)
+        batches = _Batches(scans, merge_order(scans) if order is None else order, handles, copy_min)
 
         def each() -> Iterator[tuple[Batch, _Batches]]:
-            pending = reader.submit(batches.fill, 0) if batches.order else None
+            pending = reader.submit(batches.fill) if reader.submit(batches.peek).result() else None
             while pending is not None:
                 batch = pending.result()
-                pending = reader.submit(batches.fill, batch[2]) if batch[2] < len(batches.order) else None
+                pending = reader.submit(batches.fill) if batch[2] else None
                 yield batch, batches
 
         yield each()
@@ -190,12 +227,14 @@ def _batches(scans: Sequence[ShardScan], copy_min: int | None) -> Iterator[Itera
             os.close(handle)
 
 
-def merged_lines(scans: Sequence[ShardScan]) -> Iterator[bytes | bytearray | memoryview]:
+def merged_lines(
+    scans: Sequence[ShardScan], order: Iterable[ScanRow] | None = None
+) -> Iterator[bytes | bytearray | memoryview]:
     """The merged file's bytes, in batches of a few MB, the next batch read ahead on a helper
     thread while this one is consumed. A batch is valid until the next one is asked for (its
     buffer is reused). Rows are read with ``pread``: memory-mapping the shards would count their
     pages in the process's resident memory."""
-    with _batches(scans, None) as each:
+    with _batches(scans, order, None) as each:
         for (buffer, used, _), batches in each:
             assert not isinstance(buffer, Span)
             if used < 0:
@@ -206,7 +245,7 @@ def merged_lines(scans: Sequence[ShardScan]) -> Iterator[bytes | bytearray | mem
             batches.free.append(cast(bytearray, buffer))  # consumed: the next fill may reuse it
 
 
-def _write_local(scans: Sequence[ShardScan], output: str) -> tuple[str, int]:
+def _write_local(scans: Sequence[ShardScan], order: Iterable[ScanRow] | None, output: str) -> tuple[str, int]:
     """Write the merged file to the local ``output``: buffers written while a helper thread
     hashes them, long runs copied by the kernel (and hashed from the shard)."""
     digest = hashlib.sha256()
@@ -226,7 +265,7 @@ def _write_local(scans: Sequence[ShardScan], output: str) -> tuple[str, int]:
 
     def write(target: int) -> tuple[str, int]:
         size = 0
-        with _batches(scans, _COPY_MIN) as each, threads.executor(1, "gymflow-merge-hash") as hasher:
+        with _batches(scans, order, _COPY_MIN) as each, threads.executor(1, "gymflow-merge-hash") as hasher:
             hashed: Future[None] | None = None
             for (piece, used, _), batches in each:
                 if isinstance(piece, Span):
@@ -272,15 +311,17 @@ def _parse(data: bytes) -> object:
     return loads_exact(data.strip(b" \t\n\r"))[0]
 
 
-def write_merged(scans: Sequence[ShardScan], output: str) -> FileDigest:
+def write_merged(
+    scans: Sequence[ShardScan], output: str, order: Iterable[ScanRow] | None = None
+) -> FileDigest:
     """Write all rows of ``scans`` to ``output`` in merge order, atomically; return its digest
     (hashed while it is written)."""
     if storage.is_local(output):
-        sha256, size = _write_local(scans, output)
+        sha256, size = _write_local(scans, order, output)
     else:
         # The batches are bytes-like (memoryviews of reused buffers), which the writer and the
         # hash take as they take bytes.
-        sha256, size = storage.write_atomic_lines(output, cast(Iterator[bytes], merged_lines(scans)))
+        sha256, size = storage.write_atomic_lines(output, cast(Iterator[bytes], merged_lines(scans, order)))
     merged = FileDigest(storage.to_uri(output), sha256, size)
     provenance.remember(output, merged)  # the health check that follows need not hash it again
     return merged

@@ -13,8 +13,9 @@ from typing import Any
 
 from gymflow.aggregate._metrics import group_metrics
 from gymflow.aggregate._rows import RowFacts, ScoreSpec, extract
-from gymflow.aggregate._scan import NO_AGENT, GroupRef, ShardScan, paused_gc
+from gymflow.aggregate._scan import NO_AGENT, GroupRef, ScanRow, ShardScan, paused_gc
 from gymflow.aggregate._sidecars import ShardSidecars
+from gymflow.aggregate._spill import GroupStore, merge_order, shard_rows
 from gymflow.errors import InputError
 from gymflow.perf_summary import PerfAccumulator
 
@@ -55,24 +56,49 @@ class Reduction:
     groups: dict[str, GroupRef] = field(default_factory=dict)
 
 
-def _duplicate_check(scans: Sequence[ShardScan]) -> None:
-    seen: dict[Identity, tuple[str, int]] = {}
-    for scan in scans:
-        for row in scan.rows:
-            identity = (row.group.key, row.facts.task, row.facts.rollout)
-            first = seen.get(identity)
-            if first is None:
-                seen[identity] = (scan.url, row.line)
-                continue
-            where = (
-                f"in {first[0]!r} and {scan.url!r}"
-                if first[0] != scan.url
-                else f"in {scan.url!r} at lines {first[1]} and {row.line}"
-            )
-            raise InputError(
-                f"Duplicate rollout (group {identity[0]!r}, task {identity[1]}, "
-                f"rollout {identity[2]}) {where}"
-            )
+class _Duplicates:
+    """Finds a rollout identity that occurs twice among rows in merge order (where rows sharing a
+    (task, rollout) key are adjacent): the first repeat in reading order (shard, then line), and
+    where that identity came first."""
+
+    def __init__(self) -> None:
+        self._run: list[ScanRow] = []
+        self.repeat: tuple[ScanRow, ScanRow] | None = None
+
+    def add(self, row: ScanRow) -> None:
+        run = self._run
+        if run and (run[0].facts.task != row.facts.task or run[0].facts.rollout != row.facts.rollout):
+            self._close()
+        run.append(row)
+
+    def _close(self) -> None:
+        run = self._run
+        if len(run) > 1:
+            seen: dict[str, ScanRow] = {}
+            for row in run:
+                earlier = seen.setdefault(row.group.key, row)
+                repeat = self.repeat
+                if earlier is not row and (
+                    repeat is None or (row.shard, row.line) < (repeat[0].shard, repeat[0].line)
+                ):
+                    self.repeat = (row, earlier)
+        run.clear()
+
+    def check(self, scans: Sequence[ShardScan]) -> None:
+        self._close()
+        if self.repeat is None:
+            return
+        row, earlier = self.repeat
+        urls = {scan.index: scan.url for scan in scans}
+        where = (
+            f"in {urls[earlier.shard]!r} and {urls[row.shard]!r}"
+            if earlier.shard != row.shard
+            else f"in {urls[row.shard]!r} at lines {earlier.line} and {row.line}"
+        )
+        raise InputError(
+            f"Duplicate rollout (group {row.group.key!r}, task {row.facts.task}, "
+            f"rollout {row.facts.rollout}) {where}"
+        )
 
 
 def assign_labels(groups: dict[str, GroupRef]) -> dict[str, str]:
@@ -105,7 +131,9 @@ def reduce_shards(
     sidecars: Sequence[ShardSidecars],
     settings: ReduceSettings,
 ) -> Reduction:
-    """Group, count-as-zero, compute the metrics of every group, and the coverage numbers.
+    """Group, count-as-zero, compute the metrics of every group, and the coverage numbers. Rows
+    are read in merge order; when the scans spilled their rows, so does each group (a
+    :class:`~gymflow.aggregate._spill.GroupStore` its metrics read).
 
     Raises :class:`InputError` for a rollout identity that occurs twice (naming both places).
     """
@@ -118,22 +146,39 @@ def _reduce(
     sidecars: Sequence[ShardSidecars],
     settings: ReduceSettings,
 ) -> Reduction:
-    _duplicate_check(scans)
     lines: list[str] = []
     warnings: list[str] = []
-    rows: dict[str, list[RowFacts]] = {}
+    rows: dict[str, list[RowFacts] | GroupStore] = {}
+    counts: dict[str, int] = {}
     groups: dict[str, GroupRef] = {}
     perf: dict[str, PerfAccumulator] = {}
     carried: dict[str, set[str]] = {}
-    scored_ids: set[Identity] = set()
     anonymous_rows = 0
+    spill = any(scan.runs for scan in scans)
+    duplicates = _Duplicates()
+    for row in merge_order(scans):  # each group's rows in key order
+        duplicates.add(row)
+        key = row.group.key
+        held = rows.get(key)
+        if held is None:
+            held = rows[key] = GroupStore() if spill else []
+            counts[key] = 0
+        held.append(row.facts)
+        counts[key] += 1
+        if key == NO_AGENT and not row.group.is_environment:
+            anonymous_rows += 1
+    duplicates.check(scans)
+    # The identities scored, only where sidecar rows are to be matched against them (each row's
+    # identity is unique, as checked above).
+    matching = any(car.failures or car.materialized for car in sidecars)
+    scored_ids = (
+        {(row.group.key, row.facts.task, row.facts.rollout) for row in merge_order(scans)}
+        if matching
+        else set()
+    )
     for scan in scans:
-        for row in scan.rows:
-            if row.group.key == NO_AGENT and not row.group.is_environment:
-                anonymous_rows += 1
-            groups.setdefault(row.group.key, row.group)
-            rows.setdefault(row.group.key, []).append(row.facts)
-            scored_ids.add((row.group.key, row.facts.task, row.facts.rollout))
+        for key, ref in scan.groups.items():  # as the first row in reading order names it
+            groups.setdefault(key, ref)
         for key, accumulator in scan.perf.items():
             perf.setdefault(key, PerfAccumulator()).merge(accumulator)
         for key, names in scan.row_keys.items():
@@ -149,7 +194,8 @@ def _reduce(
     def add(ref: GroupRef, row: dict[str, Any]) -> None:
         facts = extract(row, settings.pass_majority)
         groups.setdefault(ref.key, ref)
-        rows.setdefault(ref.key, []).append(facts)
+        rows.setdefault(ref.key, GroupStore() if spill else []).append(facts)
+        counts[ref.key] = counts.get(ref.key, 0) + 1
         perf.setdefault(ref.key, PerfAccumulator()).add(None)
         scored_ids.add((ref.key, facts.task, facts.rollout))
 
@@ -188,7 +234,7 @@ def _reduce(
                     "rollouts owed by that shard cannot be counted"
                 )
                 continue
-            shard_keys = {(row.facts.task, row.facts.rollout) for row in scan.rows}
+            shard_keys = {(row.facts.task, row.facts.rollout) for row in shard_rows(scan)}
             shard_keys.update((failure.task, failure.rollout) for failure in car.failures)
             for item in car.materialized:
                 identity = (item.group.key, item.task, item.rollout)
@@ -224,8 +270,8 @@ def _reduce(
         entry.update(metrics.blocks())
         entries.append(entry)
 
-    scored = sum(len(group_rows) for group_rows in rows.values())
-    expected = len(materialized_ids | scored_ids | dropped_ids)
+    scored = sum(counts.values())
+    expected = len(materialized_ids | scored_ids | dropped_ids) if matching else scored
     coverage = Coverage(
         expected=expected, scored=scored, dropped=dict(sorted(dropped.items())), imputed=imputed
     )

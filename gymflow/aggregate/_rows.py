@@ -3,7 +3,7 @@
 A :class:`RowFacts` holds the identity, the mask flag, the numeric fields of aggregate.md §3.2, the
 ``rollout_infos`` entry of §3.4 and (for the opt-in pass@k family) the score and answer. Everything
 else of the row (responses, trajectories, payloads) is dropped as soon as the row is parsed, so
-memory grows with the number of rows, never with their size.
+a row costs the same whatever its size (and, spilled, no memory: ``gymflow.aggregate._spill``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import orjson
 
 from gymflow.errors import InputError
 
-__all__ = ["Answer", "RowFacts", "ScoreSpec", "extract", "read_index"]
+__all__ = ["Answer", "RowFacts", "ScoreSpec", "extract", "read_index", "shared_names"]
 
 Number = int | float
 Answer = str | int | float | bytes | None
@@ -34,7 +34,8 @@ class ScoreSpec:
 _NAMES: dict[tuple[str, ...], tuple[str, ...]] = {}
 
 
-def _shared(names: tuple[str, ...]) -> tuple[str, ...]:
+def shared_names(names: tuple[str, ...]) -> tuple[str, ...]:
+    """The one tuple kept of these names (rows' layouts are compared by identity)."""
     # Rows of one run share a handful of key layouts: keep one tuple of names per layout.
     return _NAMES.setdefault(names, names)
 
@@ -106,6 +107,32 @@ def read_index(row: Mapping[str, Any], key: str) -> int:
     return value
 
 
+_INTS: dict[int, int] = {}
+_FLOATS: dict[float, float] = {}
+_ZERO, _NEGATIVE_ZERO = 0.0, -0.0
+_INTERNED_MAX = 2**16
+"""Distinct values kept per type: a run's rows repeat a few rewards and token counts."""
+
+
+def _interned(values: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``values`` with each int and non-zero float replaced by the one object of its value kept
+    so far (rows then share them instead of holding a copy each); other values as they are."""
+    out = []
+    for value in values:
+        kind = type(value)
+        table: dict[Any, Any] | None = _INTS if kind is int else _FLOATS if kind is float else None
+        if kind is float and not value:  # 0.0 and -0.0 are equal keys: one object per sign
+            value = _ZERO if math.copysign(1.0, value) > 0 else _NEGATIVE_ZERO
+        elif table is not None:
+            kept = table.get(value)
+            if kept is not None:
+                value = kept
+            elif len(table) < _INTERNED_MAX:
+                table[value] = value
+        out.append(value)
+    return tuple(out)
+
+
 def _answer(value: object) -> Answer:
     if value is None or isinstance(value, str | int | float):
         return value
@@ -156,14 +183,20 @@ def extract(row: Mapping[str, Any], spec: ScoreSpec | None = None, where: str = 
         if name != "reward":
             info[name] = value
 
+    field_names, field_values = shared_names(tuple(fields)), tuple(fields.values())
+    info_names, info_values = shared_names(tuple(info)), tuple(info.values())
+    if info_names is field_names and all(a is b for a, b in zip(field_values, info_values, strict=True)):
+        info_values = field_values = _interned(field_values)  # the usual row: one tuple for both
+    else:
+        field_values, info_values = _interned(field_values), _interned(info_values)
     facts = RowFacts(
         task=task,
         rollout=rollout,
         masked=masked,
-        field_names=_shared(tuple(fields)),
-        field_values=tuple(fields.values()),
-        info_names=_shared(tuple(info)),
-        info_values=tuple(info.values()),
+        field_names=field_names,
+        field_values=field_values,
+        info_names=info_names,
+        info_values=info_values,
     )
     if spec is not None:
         raw = row.get(spec.score_field)

@@ -6,8 +6,6 @@ goes to an ``echo`` callback; the core never prints.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -19,11 +17,13 @@ import orjson
 
 from gymflow import provenance, storage, threads
 from gymflow.aggregate._merge import write_merged
+from gymflow.aggregate._metrics_file import metrics_bytes, write_metrics
 from gymflow.aggregate._reduce import Coverage, ReduceSettings, Reduction, key_metrics_lines, reduce_shards
 from gymflow.aggregate._scan import ShardScan, parse_line, paused_gc, resolve_group, scan_shard
-from gymflow.aggregate._select import metrics_path
+from gymflow.aggregate._select import failures_path, materialized_path, metrics_path
 from gymflow.aggregate._server import ServerSettings, server_entries
 from gymflow.aggregate._sidecars import ShardSidecars, read_sidecars
+from gymflow.aggregate._spill import shard_rows, spiller
 from gymflow.frozen import FrozenDict, freeze
 from gymflow.run_context import RunContext
 
@@ -132,13 +132,24 @@ class AggregateOutcome:
     coverage: Coverage | None = None
 
 
-def scan_part(shard: str, index: int, options: AggregateOptions, spool_dir: str | None) -> ShardPart:
-    """Read one shard (hash, parse, facts) and its sidecars."""
+def scan_part(
+    shard: str, index: int, options: AggregateOptions, spool_dir: str | None, spill_dir: str | None = None
+) -> ShardPart:
+    """Read one shard (hash, parse, facts) and its sidecars; with ``spill_dir`` (local scratch
+    that outlives the part), its rows go there as sorted runs instead of staying in memory."""
     with paused_gc():
         settings = options.settings
         track = bool(settings.count_failure_classes_as_zero or settings.count_missing_rollouts_as_zero)
-        scan = scan_shard(shard, index, settings.pass_majority, options.agent_environments, spool_dir, track)
-    keys = {(row.facts.task, row.facts.rollout) for row in scan.rows}
+        spill = None if spill_dir is None else spiller(spill_dir)
+        scan = scan_shard(
+            shard, index, settings.pass_majority, options.agent_environments, spool_dir, track, spill
+        )
+        # The shard's keys, for its failures sidecar (rows it has are not failures).
+        keys = (
+            {(row.facts.task, row.facts.rollout) for row in shard_rows(scan)}
+            if storage.isfile(failures_path(shard))
+            else ()
+        )
     return ShardPart(scan, read_sidecars(shard, keys, options.agent_environments))
 
 
@@ -189,25 +200,12 @@ def apply_server_metrics(reduction: Reduction, options: AggregateOptions, shards
     )
 
 
-def metrics_bytes(entries: Sequence[Mapping[str, Any]]) -> bytes:
-    """The metrics file: a JSON array with 2-space indentation (orjson: one buffer, no str copy).
-
-    Integers beyond 64 bits (orjson's limit) and non-finite floats fall back to the json module.
-    """
-    try:
-        return orjson.dumps(entries, option=orjson.OPT_INDENT_2)
-    except TypeError:
-        return json.dumps(entries, indent=2).encode()
-
-
 def cache_key(options: AggregateOptions, inputs: Sequence[tuple[str, provenance.FileDigest]]) -> str:
     return provenance.cache_key(COMMAND, options.parameters(), [(role, item.sha256) for role, item in inputs])
 
 
 def prehash(shards: Sequence[str], options: AggregateOptions) -> list[tuple[str, provenance.FileDigest]]:
     """Digests of the inputs without parsing them: what the up-to-date check compares."""
-    from gymflow.aggregate._select import failures_path, materialized_path
-
     out: list[tuple[str, provenance.FileDigest]] = []
     for index, shard in enumerate(shards):
         out.append((f"shard:{index}", provenance.digest(shard)))
@@ -244,13 +242,9 @@ def write_outputs(
 
     ``merged`` is the merged file's digest when the merge computed it while writing.
     """
-    data = metrics_bytes(reduction.entries)
-    storage.write_atomic(options.metrics_path, data)
-    outputs = [
-        provenance.FileDigest(
-            storage.to_uri(options.metrics_path), hashlib.sha256(data).hexdigest(), len(data)
-        )
-    ]
+    with paused_gc():  # the task objects made while writing form no cycles
+        sha256, size = write_metrics(options.metrics_path, reduction.entries)
+    outputs = [provenance.FileDigest(storage.to_uri(options.metrics_path), sha256, size)]
     if options.merge_shards:
         outputs.insert(0, merged if merged is not None else provenance.digest(options.output))
     inputs = input_digests(parts, options)
@@ -273,7 +267,7 @@ def up_to_date_line(options: AggregateOptions) -> str:
 
 
 def loaded_line(parts: Sequence[ShardPart]) -> str:
-    count = sum(len(part.scan.rows) for part in parts)
+    count = sum(part.scan.count for part in parts)
     return f"Loaded {count} rollout record(s) from {len(parts)} shard(s)"
 
 
@@ -319,18 +313,19 @@ def merge_and_reduce(
     """Every group's metrics, and the merged file when ``options.merge_shards`` (its digest). The
     merged file is written (I/O and hashing, which release the GIL) while the metrics are
     computed; it is complete before this returns, even when the metrics fail."""
+    # The collector stays paused until the merge is done too: the merge thread's allocations
+    # (rows it re-serializes) would otherwise have it traverse every row's facts, again and again.
     with (
+        paused_gc(),
         _responsive_threads(),
         threads.executor(1, "gymflow-merge") as writer,
     ):
+        scans = [part.scan for part in parts]
         pending = None
         if options.merge_shards:
-            pending = writer.submit(write_merged, [part.scan for part in parts], options.output)
+            pending = writer.submit(write_merged, scans, options.output)
         try:
-            with paused_gc():
-                reduction = reduce_shards(
-                    [p.scan for p in parts], [p.sidecars for p in parts], options.settings
-                )
+            reduction = reduce_shards(scans, [p.sidecars for p in parts], options.settings)
         finally:
             merged = None if pending is None else pending.result()
     return reduction, merged

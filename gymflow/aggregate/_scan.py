@@ -1,7 +1,8 @@
 """Reading one shard in a single streaming pass: hash, parse, per-row facts (aggregate.md §1.3).
 
 :func:`scan_shard` is the per-shard unit of work (one Prefect task per shard runs it). It keeps,
-per row, only its :class:`RowFacts`, its group and where its bytes are, never the row itself.
+per row, only its :class:`RowFacts`, its group and where its bytes are, never the row itself;
+given somewhere to spill them (a direct run), it holds at most :data:`RUN_ROWS` of those.
 Rows are read with :func:`gymflow.jsonline.loads_shallow` (the few fields the metrics read are
 decoded, the rest only validated), falling back to the full exact reading for any line it cannot
 vouch for, so rows and errors are those of :func:`gymflow.jsonline.loads_exact`. Remote shards
@@ -15,7 +16,7 @@ import gc
 import hashlib
 import os
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -33,6 +34,8 @@ from gymflow.perf_summary import PerfAccumulator
 __all__ = ["GroupRef", "ScanRow", "ShardScan", "parse_line", "resolve_group", "scan_shard"]
 
 _HASH_BATCH = 4 * 2**20
+RUN_ROWS = 32_768
+"""Rows a spilling scan holds at most before it writes them out as one run."""
 _JSON_SPACE = b" \t\n\r"
 
 NO_AGENT = "agent"
@@ -74,16 +77,66 @@ def resolve_group(row: Mapping[str, Any], agent_environments: Mapping[str, str])
     return _group(agent_name, False, agent_name)
 
 
-@dataclass(slots=True)
 class ScanRow:
-    """One loaded row: its facts, group, line number and byte span in the shard."""
+    """One loaded row: its facts, group, shard (its index), line number and byte span there.
 
-    facts: RowFacts
-    group: GroupRef
-    line: int
-    offset: int
-    length: int
-    compact: bool
+    The line, offset and length are packed into one integer (a row is held for every line of
+    the input: one object instead of three).
+    """
+
+    __slots__ = ("compact", "facts", "group", "shard", "_place")
+
+    def __init__(
+        self, facts: RowFacts, group: GroupRef, shard: int, line: int, offset: int, length: int, compact: bool
+    ) -> None:
+        self.facts = facts
+        self.group = group
+        self.shard = shard
+        self.compact = compact
+        self._place = (
+            (line << 40 | length) << 48 | offset
+            if length < 2**40 and offset < 2**48
+            else (line, offset, length)
+        )
+
+    def _fields(self) -> tuple[Any, ...]:
+        return (self.facts, self.group, self.shard, self.line, self.offset, self.length, self.compact)
+
+    def __eq__(self, other: object) -> bool:
+        return self._fields() == other._fields() if isinstance(other, ScanRow) else NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        names = ("facts", "group", "shard", "line", "offset", "length", "compact")
+        return f"ScanRow({', '.join(f'{n}={v!r}' for n, v in zip(names, self._fields(), strict=True))})"
+
+    @classmethod
+    def placed(cls, facts: RowFacts, group: GroupRef, shard: int, place: Any, compact: bool) -> ScanRow:
+        """A row from its :attr:`place` (as a spilled row keeps it)."""
+        row = cls.__new__(cls)
+        row.facts, row.group, row.shard, row._place, row.compact = facts, group, shard, place, compact
+        return row
+
+    @property
+    def place(self) -> Any:
+        """Line, offset and length, packed."""
+        return self._place
+
+    @property
+    def line(self) -> int:
+        place = self._place
+        return place[0] if isinstance(place, tuple) else place >> 88
+
+    @property
+    def offset(self) -> int:
+        place = self._place
+        return place[1] if isinstance(place, tuple) else place & (2**48 - 1)
+
+    @property
+    def length(self) -> int:
+        place = self._place
+        return place[2] if isinstance(place, tuple) else place >> 48 & (2**40 - 1)
 
 
 @dataclass
@@ -95,8 +148,15 @@ class ShardScan:
     sha256: str
     nbytes: int
     rows: list[ScanRow] = field(default_factory=list)
+    """The rows held (in line order): all of them, unless they were spilled as ``runs``."""
+    runs: list[str] = field(default_factory=list)
+    """Local files of the rows spilled, each sorted by key (``gymflow.aggregate._spill``)."""
+    count: int = 0
+    """Rows loaded."""
     perf: dict[str, PerfAccumulator] = field(default_factory=dict)
     row_keys: dict[str, set[str]] = field(default_factory=dict)
+    groups: dict[str, GroupRef] = field(default_factory=dict)
+    """Each group's reference as its first row in the shard names it."""
     spool: str | None = None
 
     @property
@@ -218,12 +278,14 @@ def scan_shard(
     agent_environments: Mapping[str, str] | None = None,
     spool_dir: str | None = None,
     track_keys: bool = True,
+    spill: Callable[[list[ScanRow]], str] | None = None,
 ) -> ShardScan:
     """Stream ``url`` once: SHA-256 of its bytes, and the facts of every non-blank line.
 
     ``spool_dir`` (used for non-local shards) receives a local copy of the bytes for the merge.
     ``track_keys`` records the top-level keys each group's rows carry (only the count-as-zero
-    rules need them).
+    rules need them). ``spill`` takes the rows held every :data:`RUN_ROWS` rows and at the end,
+    and returns the file it wrote them to (a run); else they stay in ``rows``.
     Raises :class:`InputError` naming file and line for a malformed line or index.
     """
     environments = agent_environments or {}
@@ -288,10 +350,19 @@ def scan_shard(
             if accumulator is None:
                 accumulator = perf[group.key] = PerfAccumulator()
                 scan.row_keys[group.key] = set()
+                scan.groups[group.key] = group
             accumulator.add(row.get("ng_perf"))
             if track_keys:
                 scan.row_keys[group.key].update(row)
-            rows.append(ScanRow(facts, group, line_number, offset, size, compact))
+            rows.append(ScanRow(facts, group, index, line_number, offset, size, compact))
+            if spill is not None and len(rows) >= RUN_ROWS:
+                scan.count += len(rows)
+                scan.runs.append(spill(rows))
+                rows = scan.rows = []
+        scan.count += len(rows)
+        if spill is not None and rows:
+            scan.runs.append(spill(rows))
+            scan.rows = []
         flush()
         for future in pending:
             future.result()

@@ -7,7 +7,7 @@ a row set is summed as a pandas column would be, with absent values filled by 0.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gymflow.aggregate._numbers import (
@@ -25,7 +25,7 @@ __all__ = [
     "NON_PRIMARY_NAMES",
     "UniformPlan",
     "across_repeats",
-    "discover_fields",
+    "emit_statistics",
     "is_primary_metric",
     "repeat_statistics",
     "set_statistics",
@@ -35,40 +35,6 @@ __all__ = [
 ]
 
 Number = int | float
-
-
-def discover_fields(rows: Sequence[RowFacts]) -> tuple[list[str], set[str]]:
-    """Numeric field names in order of first appearance, and those that stay integers.
-
-    A field "stays an integer" when every row of the set has it as an int (bools already 0/1): the
-    reference's column then keeps an integer dtype, so its max/min print as integers (§3.9).
-    """
-    # Rows share a few layouts (tuples of names): work per layout (its columns transposed in C),
-    # then per field.
-    by_layout: dict[int, list[RowFacts]] = {}
-    for row in rows:
-        same = by_layout.get(id(row.field_names))
-        if same is None:
-            by_layout[id(row.field_names)] = [row]
-        else:
-            same.append(row)
-    layouts = {key: same[0].field_names for key, same in by_layout.items()}
-    uses = {key: len(same) for key, same in by_layout.items()}
-    all_int = {
-        key: [
-            set(map(type, column)) == {int}
-            for column in zip(*(row.field_values for row in same), strict=True)
-        ]
-        for key, same in by_layout.items()
-    }
-    order: dict[str, bool] = {}
-    counts: dict[str, int] = {}
-    for key, names in layouts.items():
-        for name, flag in zip(names, all_int[key], strict=True):
-            order[name] = order.get(name, True) and flag
-            counts[name] = counts.get(name, 0) + uses[key]
-    integral = {name for name, flag in order.items() if flag and counts[name] == len(rows)}
-    return list(order), integral
 
 
 def _columns(rows: Sequence[RowFacts], fields: Sequence[str]) -> dict[str, list[Number | None]]:
@@ -182,6 +148,15 @@ def set_statistics(rows: Sequence[RowFacts], fields: Sequence[str], integral: se
                 results.append((name, _large_stats(column, name in integral)))
                 if count == n:
                     in_all.append(name)
+    return emit_statistics(results, in_all)
+
+
+Statistics = tuple[float, Number, Number, float, float | None]
+
+
+def emit_statistics(results: Sequence[tuple[str, Statistics]], in_all: Sequence[str]) -> dict[str, Any]:
+    """The §3.3 keys of (field, (mean, max, min, median, std)) pairs, stat by stat; ``in_all``:
+    the fields every row has (they get ``std/`` 0.0 when no field has a std)."""
     any_std = any(stats[4] is not None for _, stats in results)
     out: dict[str, Any] = {}
     for position in range(4):
@@ -233,7 +208,7 @@ def _interval(average: float, sem: float, count: int, warnings: list[str]) -> tu
     return average - half, average + half
 
 
-def repeat_statistics(values_by_field: dict[str, list[float]], warnings: list[str]) -> dict[str, Any]:
+def repeat_statistics(values_by_field: Mapping[str, Sequence[float]], warnings: list[str]) -> dict[str, Any]:
     """§3.5 columns of one repeat: per field (sorted by name) over its n >= 1 values."""
     out: dict[str, Any] = {}
     for name in sorted(values_by_field):

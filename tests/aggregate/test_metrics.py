@@ -517,7 +517,8 @@ def test_row_set_statistics_match_a_zero_filled_numpy_column() -> None:
 
     import numpy as np  # a test dependency: missing numpy fails, it does not skip
 
-    from gymflow.aggregate._stats import discover_fields, set_statistics
+    from gymflow.aggregate._columns import column_statistics, survey
+    from gymflow.aggregate._stats import set_statistics
 
     rng = random.Random(7)
     for n in (1, 2, 5, 7, 8, 9, 40, 300):
@@ -527,8 +528,11 @@ def test_row_set_statistics_match_a_zero_filled_numpy_column() -> None:
             rows.append(row(i % 3, i, rng.random(), tokens=rng.randint(0, 999), **extra))
         rows.sort(key=lambda r: (r["_ng_task_index"], r["_ng_rollout_index"]))
         facts_ = facts(rows)
-        fields, integral = discover_fields(facts_)
+        gathered = survey(facts_)
+        fields, integral = gathered.fields, gathered.integral
         stats = set_statistics(facts_, fields, integral)
+        if n >= 8:
+            assert column_statistics(gathered) == stats
         for name in fields:
             present = np.array([name in r for r in rows])
             filled = np.array([float(r.get(name, 0.0)) for r in rows])
@@ -540,3 +544,57 @@ def test_row_set_statistics_match_a_zero_filled_numpy_column() -> None:
             if count > 1:
                 squares = np.where(present, (average - filled) ** 2, 0.0)
                 assert stats[f"std/{name}"] == math.sqrt(float(np.sum(squares)) / (count - 1))
+
+
+def test_columns_equal_the_row_set_statistics_and_repeats() -> None:
+    """The group statistics from columns (one pass, no row held) are those of the rows: sparse
+    and mixed fields, integers beyond a float's precision, masked rows, uneven repeats."""
+    import random
+
+    from gymflow.aggregate._columns import column_statistics, survey
+    from gymflow.aggregate._stats import repeat_statistics, set_statistics
+
+    rng = random.Random(11)
+    for n in (8, 9, 50, 400):
+        rows = []
+        for task in range(n):
+            for rollout in range(rng.randint(1, 3)):
+                extra: dict[str, object] = {}
+                if rng.random() < 0.5:
+                    extra["x"] = rng.choice([1, 2.5, -0.0, 2**60 + rng.randint(0, 9)])
+                if rng.random() < 0.7 or n == 50:  # at 50 rows: in every row, an integer field
+                    extra["big"] = 2**62 + rng.randint(0, 99)
+                if rng.random() < 0.1:
+                    extra["mask_sample"] = True
+                rows.append(
+                    row(
+                        task,
+                        rollout,
+                        rng.choice([0.0, 1.0, True, 3]),
+                        **extra,
+                        response=usage(rng.randint(0, 9)),
+                    )
+                )
+        facts_ = facts(rows)
+        scored = [f for f in facts_ if not f.masked]
+        gathered = survey(scored)
+        assert column_statistics(gathered) == set_statistics(scored, gathered.fields, gathered.integral)
+        assert {"x", "big"} <= set(gathered.fields)
+        assert ("big" in gathered.integral) is (n == 50)
+        m = group_metrics(facts_)
+        by_rollout: dict[int, list] = {}
+        for f in scored:
+            by_rollout.setdefault(f.rollout, []).append(f)
+        for entry in m.repeat_level_metrics:
+            same = by_rollout[entry["_ng_rollout_index"]]
+            values: dict[str, list[float]] = {}
+            for f in same:
+                for name, value in zip(f.field_names, f.field_values, strict=True):
+                    values.setdefault(name, []).append(float(value))
+            expected = repeat_statistics(values, [])
+            assert {k: v for k, v in entry.items() if "/" in k} == expected
+            assert entry["sample_count"] == len(same)
+        assert [g["num_rollouts"] for g in m.group_level_metrics] == [
+            len(v)
+            for _, v in sorted({f.task: [g for g in scored if g.task == f.task] for f in scored}.items())
+        ]

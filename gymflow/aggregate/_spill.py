@@ -1,0 +1,162 @@
+"""Rows kept in local scratch files instead of memory, read back in the order they were written.
+
+A shard's rows are sorted by key (task, rollout) and written as *runs*; the reduce step merges
+every shard's runs into the merge order, and writes each group's facts, in that order, to a
+:class:`GroupStore` that the group's metrics read as often as they need. A file holds pickled
+batches of plain tuples (a row costs some tens of bytes there); reading keeps one batch.
+"""
+
+from __future__ import annotations
+
+import heapq
+import os
+import pickle
+import tempfile
+import weakref
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, BinaryIO
+
+from gymflow import scratch
+from gymflow.aggregate._rows import RowFacts, shared_names
+from gymflow.aggregate._scan import ScanRow, ShardScan
+
+__all__ = [
+    "GroupStore", "RunWriter", "merge_order", "read_run", "shard_rows", "sort_key", "spiller", "write_run",
+]  # fmt: skip
+
+_BATCH = 512
+
+
+def _facts_tuple(facts: RowFacts) -> tuple[Any, ...]:
+    return (
+        facts.task, facts.rollout, facts.masked, facts.field_names, facts.field_values,
+        facts.info_names, facts.info_values, facts.score, facts.answer,
+    )  # fmt: skip
+
+
+def _facts(item: tuple[Any, ...]) -> RowFacts:
+    task, rollout, masked, field_names, field_values, info_names, info_values, score, answer = item
+    # Names shared again across batches (the statistics compare layouts by identity).
+    return RowFacts(
+        task, rollout, masked, shared_names(field_names), field_values,
+        shared_names(info_names), info_values, score, answer,
+    )  # fmt: skip
+
+
+class RunWriter:
+    """Writes tuples to a local file in pickled batches."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._handle: BinaryIO = open(path, "wb", buffering=2**20)  # noqa: SIM115
+        self._batch: list[tuple[Any, ...]] = []
+        self.count = 0
+
+    def add(self, item: tuple[Any, ...]) -> None:
+        self._batch.append(item)
+        self.count += 1
+        if len(self._batch) >= _BATCH:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._batch:
+            pickle.dump(self._batch, self._handle, protocol=pickle.HIGHEST_PROTOCOL)
+            self._batch = []
+
+    def close(self) -> None:
+        self._flush()
+        self._handle.close()
+
+    def abandon(self) -> None:
+        """Close without writing what is pending (the file is being thrown away)."""
+        self._batch = []
+        self._handle.close()
+
+
+def _read(path: str) -> Iterator[tuple[Any, ...]]:
+    with open(path, "rb") as handle:
+        while True:
+            try:
+                batch = pickle.load(handle)
+            except EOFError:
+                return
+            yield from batch
+
+
+def sort_key(row: ScanRow) -> tuple[int, int]:
+    return (row.facts.task, row.facts.rollout)
+
+
+def write_run(path: str, rows: list[ScanRow]) -> None:
+    """Write ``rows`` (one shard's, in line order) to ``path`` sorted by key (stable)."""
+    rows.sort(key=sort_key)
+    writer = RunWriter(path)
+    try:
+        for row in rows:
+            writer.add((*_facts_tuple(row.facts), row.group, row.shard, row.place, row.compact))
+    finally:
+        writer.close()
+
+
+def read_run(path: str) -> Iterator[ScanRow]:
+    for item in _read(path):
+        yield ScanRow.placed(_facts(item[:9]), item[9], item[10], item[11], item[12])
+
+
+def spiller(directory: str) -> Callable[[list[ScanRow]], str]:
+    """What :func:`~gymflow.aggregate._scan.scan_shard` hands its rows to: each call writes a
+    new run in ``directory`` and returns its path."""
+
+    def spill(rows: list[ScanRow]) -> str:
+        handle, path = tempfile.mkstemp(prefix="run-", suffix=".rows", dir=directory)
+        os.close(handle)
+        write_run(path, rows)
+        return path
+
+    return spill
+
+
+def _merged(sources: Iterable[Iterable[ScanRow]]) -> Iterator[ScanRow]:
+    """Rows of sorted sources in key order; equal keys in source order (then their own)."""
+    return heapq.merge(*sources, key=sort_key)
+
+
+def shard_rows(scan: ShardScan) -> Iterator[ScanRow]:
+    """A shard's rows in key order, equal keys in line order (its runs are in line order)."""
+    if scan.runs:
+        return _merged(read_run(path) for path in scan.runs)
+    return iter(sorted(scan.rows, key=sort_key))
+
+
+def merge_order(scans: Sequence[ShardScan]) -> Iterator[ScanRow]:
+    """Every row in merge order: (task, rollout), then shard order, then line order (§1.3)."""
+    return _merged(shard_rows(scan) for scan in scans)
+
+
+def _release(writer: RunWriter, path: str) -> None:
+    writer.abandon()
+    scratch.discard(path)
+
+
+class GroupStore:
+    """One group's facts in key order, in a scratch file removed once the store is let go."""
+
+    def __init__(self) -> None:
+        handle, path = scratch.scratch_file("aggregate", ".rows")
+        os.close(handle)
+        self._writer: RunWriter | None = RunWriter(path)
+        self.path = path
+        weakref.finalize(self, _release, self._writer, path)
+
+    def append(self, facts: RowFacts) -> None:
+        assert self._writer is not None
+        self._writer.add(_facts_tuple(facts))
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+    def __iter__(self) -> Iterator[RowFacts]:
+        self.close()
+        return (_facts(item) for item in _read(self.path))
