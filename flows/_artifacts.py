@@ -64,11 +64,11 @@ def publish_aggregate(outcome: AggregateOutcome, *, tag: bool = True) -> None:
 
 def publish_healthy(outcome: HealthyOutcome) -> None:
     """The healthy-only metrics of ``eval post`` (a step of its run: never tags it)."""
-    from gymflow.healthy import rollouts_covered
+    from gymflow.aggregate import covered
 
     rows = ["# metrics over healthy rollouts", "", "| group | rollouts | key metrics |", "|---|---|---|"]
-    for entry in outcome.entries:
-        rows.append(f"| {entry['agent_ref']['name']} | {rollouts_covered(entry)} | {_key_metrics(entry)} |")
+    for entry, rollouts in zip(outcome.entries, covered(outcome.entries, outcome.rollouts), strict=True):
+        rows.append(f"| {entry['agent_ref']['name']} | {rollouts} | {_key_metrics(entry)} |")
     state = "up to date (nothing recomputed)" if outcome.up_to_date else "computed"
     reports = {"healthy aggregate metrics": outcome.output, "provenance": outcome.record_path}
     markdown = "\n".join([*rows, "", f"Rows whose health verdict is healthy only; {state}."])

@@ -31,8 +31,10 @@ from gymflow.aggregate import (
     AggregateOptions,
     Reduction,
     apply_server_metrics,
+    covered,
     merge_and_reduce,
     metrics_bytes,
+    read_metrics_file,
     scan_part,
 )
 from gymflow.errors import InputError
@@ -48,7 +50,6 @@ __all__ = [
     "HealthyOutcome",
     "healthy_metrics_path",
     "reward_lines",
-    "rollouts_covered",
     "run_healthy_metrics",
 ]
 
@@ -98,6 +99,9 @@ class HealthyOutcome:
     record_path: str
     up_to_date: bool
     entries: list[dict[str, Any]] = field(default_factory=list)
+    rollouts: list[int] | None = None
+    """The rollouts each entry covers, when the entries were read back without their groups (up
+    to date); see :func:`gymflow.aggregate.covered`."""
     rows: int = 0
     """Rows of the rollouts (0 when up to date: not read)."""
     healthy: int = 0
@@ -275,7 +279,9 @@ def _run(options: HealthyOptions, ctx: RunContext, executor: Executor) -> Health
     inputs = executor.call(HASH_INPUTS, located)
     if options.use_cache and provenance.up_to_date(options.record_path, cache_key(options, inputs)):
         outcome.up_to_date = True
-        outcome.entries = _cached_entries(options.output)
+        found = read_metrics_file(options.output, groups=0)
+        if found is not None:
+            outcome.entries, outcome.rollouts = found.entries, found.rollouts
         return outcome
     scored = executor.call(SCORE_HEALTHY, located)
     write = WRITE_HEALTHY.writing([options.output, options.record_path], [digest.uri for _, digest in inputs])
@@ -285,32 +291,27 @@ def _run(options: HealthyOptions, ctx: RunContext, executor: Executor) -> Health
     return outcome
 
 
-def _cached_entries(url: str) -> list[dict[str, Any]]:
-    with storage.open_read(url) as handle:
-        entries = orjson.loads(handle.read())
-    return entries if isinstance(entries, list) else []
-
-
-def rollouts_covered(entry: Mapping[str, Any]) -> int:
-    """The scored rollouts behind an entry's statistics (those of its tasks, masked ones aside)."""
-    return sum(int(task.get("num_rollouts", 0)) for task in entry.get("group_level_metrics", []))
-
-
 def reward_lines(
-    everything: Sequence[Mapping[str, Any]], healthy: Sequence[Mapping[str, Any]], metric: str = "mean/reward"
+    everything: Sequence[Mapping[str, Any]],
+    healthy: Sequence[Mapping[str, Any]],
+    metric: str = "mean/reward",
+    *,
+    rollouts: tuple[Sequence[int] | None, Sequence[int] | None] = (None, None),
 ) -> list[str]:
     """One line per group of the main metrics: its ``metric`` over all rollouts beside the same
-    over the healthy ones, each with the rollouts it covers."""
-    by_label = {entry["agent_ref"]["name"]: entry for entry in healthy}
+    over the healthy ones, each with the rollouts it covers (``rollouts``: those of each side's
+    entries when they were read back without their groups)."""
+    healthy_rollouts = covered(healthy, rollouts[1])
+    by_label = {
+        entry["agent_ref"]["name"]: (entry, n) for entry, n in zip(healthy, healthy_rollouts, strict=True)
+    }
     lines = []
-    for entry in everything:
+    for entry, count in zip(everything, covered(everything, rollouts[0]), strict=True):
         label = entry["agent_ref"]["name"]
         if metric not in entry.get("agent_metrics", {}):
             continue
-        line = (
-            f"{metric} of {label}: all {entry['agent_metrics'][metric]} ({rollouts_covered(entry)} rollouts)"
-        )
-        other = by_label.get(label, {})
+        line = f"{metric} of {label}: all {entry['agent_metrics'][metric]} ({count} rollouts)"
+        other, other_count = by_label.get(label, ({}, 0))
         value = other.get("agent_metrics", {}).get(metric, "n/a")
-        lines.append(f"{line}, healthy {value} ({rollouts_covered(other)} rollouts)")
+        lines.append(f"{line}, healthy {value} ({other_count} rollouts)")
     return lines

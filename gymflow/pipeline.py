@@ -317,7 +317,9 @@ def _healthy_metrics(
             "healthy-metrics", "up to date" if healthy.up_to_date else "ran", {"metrics": healthy.output}
         )
     )
-    summary.rewards = reward_lines(outcome.entries, healthy.entries)
+    summary.rewards = reward_lines(
+        outcome.entries, healthy.entries, rollouts=(outcome.rollouts, healthy.rollouts)
+    )
 
 
 def _reverify_report(outcome: ReverifyOutcome) -> StepReport:

@@ -7,6 +7,13 @@ Metrics are pure functions over :class:`RowFacts` (the numbers a row contributes
 from gymflow.aggregate._command import run_aggregate
 from gymflow.aggregate._merge import write_merged
 from gymflow.aggregate._metrics import DuplicateRolloutError, GroupMetrics, group_metrics, key_metrics
+from gymflow.aggregate._metrics_reading import (
+    GROUP_ROWS,
+    MetricsFile,
+    covered,
+    read_metrics_file,
+    rollouts_covered,
+)
 from gymflow.aggregate._passk import highest_k_metrics, pass_at_k
 from gymflow.aggregate._reduce import Coverage, ReduceSettings, Reduction, assign_labels, reduce_shards
 from gymflow.aggregate._rows import RowFacts, ScoreSpec, extract
@@ -17,7 +24,6 @@ from gymflow.aggregate._run import (
     ShardPart,
     apply_server_metrics,
     banner_lines,
-    cached_entries,
     is_up_to_date,
     loaded_line,
     merge_and_reduce,
@@ -34,6 +40,11 @@ from gymflow.aggregate._server import ServerMetricsError, ServerSettings
 
 __all__ = [
     "COMMAND",
+    "GROUP_ROWS",
+    "MetricsFile",
+    "read_metrics_file",
+    "rollouts_covered",
+    "covered",
     "AggregateOptions",
     "AggregateOutcome",
     "Coverage",
@@ -50,7 +61,6 @@ __all__ = [
     "ServerSettings",
     "apply_server_metrics",
     "banner_lines",
-    "cached_entries",
     "extract",
     "group_metrics",
     "highest_k_metrics",

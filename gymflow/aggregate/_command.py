@@ -23,11 +23,11 @@ from gymflow.aggregate._run import (
     Echo,
     ShardPart,
     apply_server_metrics,
-    cached_entries,
     is_up_to_date,
     loaded_line,
     merge_and_reduce,
     prehash,
+    read_cached,
     report_run,
     scan_part,
     up_to_date_line,
@@ -154,7 +154,7 @@ def _run(
     if options.use_cache and is_up_to_date(shards, options, digests):
         outcome.up_to_date = True
         echo(up_to_date_line(options))
-        outcome.entries = cached_entries(options)
+        read_cached(outcome)
         return outcome
     # Remote shards are read in this process (on threads where the executor has them, else one
     # after the other) and spooled to its scratch space for the merge: network-bound, and their

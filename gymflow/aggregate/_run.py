@@ -13,11 +13,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
-
 from gymflow import provenance, storage, threads
 from gymflow.aggregate._merge import write_merged
-from gymflow.aggregate._metrics_file import metrics_bytes, write_metrics
+from gymflow.aggregate._metrics_reading import read_metrics_file
+from gymflow.aggregate._metrics_writing import metrics_bytes, write_metrics
 from gymflow.aggregate._reduce import Coverage, ReduceSettings, Reduction, key_metrics_lines, reduce_shards
 from gymflow.aggregate._scan import ShardScan, parse_line, paused_gc, resolve_group, scan_shard
 from gymflow.aggregate._select import failures_path, materialized_path, metrics_path
@@ -35,7 +34,7 @@ __all__ = [
     "apply_server_metrics",
     "banner_lines",
     "cache_key",
-    "cached_entries",
+    "read_cached",
     "input_digests",
     "is_up_to_date",
     "loaded_line",
@@ -130,6 +129,9 @@ class AggregateOutcome:
     up_to_date: bool
     entries: list[dict[str, Any]] = field(default_factory=list)
     coverage: Coverage | None = None
+    rollouts: list[int] | None = None
+    """The rollouts each entry covers, when the entries were read back without their groups (an
+    up-to-date run); see :func:`covered`."""
 
 
 def scan_part(
@@ -348,10 +350,9 @@ def report_run(
     outcome.coverage = reduction.coverage
 
 
-def cached_entries(options: AggregateOptions) -> list[dict[str, Any]]:
-    """The entries of the metrics file an up-to-date run found (for summaries and artifacts)."""
-    if not storage.isfile(options.metrics_path):
-        return []
-    with storage.open_read(options.metrics_path) as handle:
-        entries = orjson.loads(handle.read())
-    return entries if isinstance(entries, list) else []
+def read_cached(outcome: AggregateOutcome) -> None:
+    """The entries (without their groups) and the rollouts they cover, of the metrics file an
+    up-to-date run found: what its summary and artifacts show, read in bounded memory."""
+    found = read_metrics_file(outcome.metrics_path, groups=0)
+    if found is not None:
+        outcome.entries, outcome.rollouts = found.entries, found.rollouts

@@ -16,9 +16,9 @@ import msgspec
 import orjson
 
 from gymflow import provenance, storage
+from gymflow.aggregate import read_metrics_file
 from gymflow.errors import InputError
 from gymflow.view._index import RolloutIndex, build_index
-from gymflow.view._metrics_file import read_metrics_file
 
 __all__ = ["FILES", "RunReports", "StepRow", "load_run", "read_lines"]
 

@@ -9,7 +9,7 @@ import pytest
 
 from gymflow.aggregate import AggregateOptions, ReduceSettings, merge_and_reduce, scan_part
 from gymflow.aggregate import _scan as scan_module
-from gymflow.aggregate._metrics_file import metrics_bytes
+from gymflow.aggregate._metrics_writing import metrics_bytes
 
 from .rows import row, usage, write_jsonl
 

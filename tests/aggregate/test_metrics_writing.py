@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 
 from gymflow.aggregate import group_metrics
-from gymflow.aggregate._metrics_file import metrics_bytes, write_metrics
+from gymflow.aggregate._metrics_writing import metrics_bytes, write_metrics
 
 from .rows import W1, facts, row, usage
 

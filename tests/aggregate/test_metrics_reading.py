@@ -1,5 +1,6 @@
-"""The viewer's bounded reading of a metrics file: the same entries as parsing it whole, each group
-list cut to its first GROUP_ROWS, with the file's group counts; at every chunk boundary."""
+"""Reading a metrics file back in bounded memory: the same entries as parsing it whole, each group
+list cut to its first GROUP_ROWS (or none), with the file's group counts and the rollouts they
+cover; at every chunk boundary, for both writers' layouts and any other."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from typing import Any
 import orjson
 import pytest
 
-from gymflow.view import _metrics_file
-from gymflow.view._metrics_file import read_metrics_file
+from gymflow.aggregate import _metrics_reading
+from gymflow.aggregate._metrics_reading import covered, read_metrics_file
 
 
 def _group(task: int) -> dict[str, Any]:
@@ -53,8 +54,8 @@ def _expected(value: list[Any], rows: int) -> tuple[list[dict[str, Any]], list[i
 def test_same_as_parsing_whole(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk: int, groups: list[int], writer: str
 ) -> None:
-    monkeypatch.setattr(_metrics_file, "_CHUNK", chunk)
-    monkeypatch.setattr(_metrics_file, "GROUP_ROWS", 4)
+    monkeypatch.setattr(_metrics_reading, "_CHUNK", chunk)
+    monkeypatch.setattr(_metrics_reading, "GROUP_ROWS", 4)
     value = _entries(groups)
     path = tmp_path / "m.json"
     path.write_bytes(
@@ -68,7 +69,7 @@ def test_same_as_parsing_whole(
 
 
 def test_other_layouts_are_parsed_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_metrics_file, "GROUP_ROWS", 2)
+    monkeypatch.setattr(_metrics_reading, "GROUP_ROWS", 2)
     value: list[Any] = [*_entries([5]), "not an entry"]
     path = tmp_path / "m.json"
     path.write_bytes(orjson.dumps(value))
@@ -88,18 +89,18 @@ def test_missing_is_none(tmp_path: Path) -> None:
     assert read_metrics_file(str(tmp_path / "absent.json")) is None
 
 
-def test_the_metrics_page_says_how_many_groups_it_leaves_out(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from gymflow.view import load_run, server_page
-
-    monkeypatch.setattr(_metrics_file, "GROUP_ROWS", 4)
-    run = tmp_path / "run"
-    run.mkdir()
-    (run / "rollouts_aggregate_metrics.json").write_bytes(
-        orjson.dumps(_entries([9, 3]), option=orjson.OPT_INDENT_2)
+@pytest.mark.parametrize("writer", ["orjson", "json"])
+def test_without_groups_every_count_stays(tmp_path: Path, writer: str) -> None:
+    # an empty list, a list, a non-object entry and a list again: counts go to their own entries
+    value: list[Any] = [*_entries([0, 5]), "not an entry", *_entries([3])]
+    path = tmp_path / "m.json"
+    path.write_bytes(
+        orjson.dumps(value, option=orjson.OPT_INDENT_2)
+        if writer == "orjson"
+        else json.dumps(value, indent=2).encode()
     )
-    page = server_page(load_run(str(run)), "metrics")
-    assert page.count("The first 4 of 9 groups") == 1
-    assert "of 3 groups" not in page
-    assert "<tr><td>3</td>" in page and "<tr><td>4</td>" not in page  # tasks 0-3 of the first agent
+    got = read_metrics_file(str(path), groups=0)
+    assert got is not None
+    assert (got.entries, got.group_totals, got.rollouts) == _expected(value, 0)
+    assert covered(got.entries, got.rollouts) == got.rollouts == [0, 1 + 2 + 3 + 1 + 2, 1 + 2 + 3]
+    assert covered(_expected(value, 9)[0], None) == got.rollouts

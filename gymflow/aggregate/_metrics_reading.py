@@ -1,9 +1,11 @@
-"""An aggregate metrics file as the pages show it, read in bounded memory.
+"""An aggregate metrics file read back in bounded memory (the viewer's pages, the summaries of an
+up-to-date run).
 
 A metrics file (``rollouts_aggregate_metrics.json`` and its healthy-only sibling) holds one
 entry per agent, and in each a ``group_level_metrics`` list with one object per task, a sample
-rollout in each: about 500 bytes a rollout, 500 MB at a million. The pages show every key of an
-entry but only the first :data:`GROUP_ROWS` groups, so only those are parsed.
+rollout in each: about 500 bytes a rollout, 500 MB at a million. Readers need every key of an
+entry but only the first few groups (the pages show :data:`GROUP_ROWS`; a summary none) and the
+rollouts they cover, so only those groups are parsed and the rest are counted.
 
 The files 0.7.0 and gymflow write are indented by two spaces (``json.dumps(indent=2)``, orjson's
 ``OPT_INDENT_2``). In such a file a raw newline is only ever whitespace between tokens (JSON
@@ -16,6 +18,7 @@ other layout is parsed whole, as before.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
@@ -24,7 +27,7 @@ import orjson
 from gymflow import storage
 from gymflow.errors import InputError
 
-__all__ = ["GROUP_ROWS", "MetricsFile", "read_metrics_file"]
+__all__ = ["GROUP_ROWS", "MetricsFile", "covered", "read_metrics_file", "rollouts_covered"]
 
 GROUP_ROWS = 1_000
 """Groups (tasks) of each entry the pages show; the rest are counted."""
@@ -34,6 +37,8 @@ _INDENTED = b"[\n  {\n"
 _GROUPS_OPEN = b'\n    "group_level_metrics": [\n'
 _GROUPS_CLOSE = b"\n    ]"
 _GROUP_START = b"\n      {"
+_ENTRY_START = b"\n  {"
+"""An object entry of the file's list (depth 1)."""
 _ROLLOUTS = re.compile(rb'\n        "num_rollouts": (-?[0-9][0-9.eE+-]*)[,\n]')
 """A group's ``num_rollouts`` (a key of an object at depth 4: eight spaces)."""
 _HOLD = 64
@@ -133,8 +138,16 @@ def _groups(entry: dict[str, Any]) -> list[Any] | None:
     return groups if isinstance(groups, list) else None
 
 
-def _covered(groups: list[Any]) -> int:
-    return sum(int(group.get("num_rollouts", 0)) for group in groups if isinstance(group, dict))
+def rollouts_covered(entry: Mapping[str, Any]) -> int:
+    """The scored rollouts behind an entry's statistics: its groups' ``num_rollouts``, summed."""
+    groups = entry.get("group_level_metrics") or []
+    return sum(int(group.get("num_rollouts", 0)) for group in groups if isinstance(group, Mapping))
+
+
+def covered(entries: Sequence[Mapping[str, Any]], rollouts: Sequence[int] | None) -> list[int]:
+    """The rollouts each entry covers: ``rollouts`` when the entries were read back without their
+    groups (:attr:`MetricsFile.rollouts`), else counted from their groups."""
+    return list(rollouts) if rollouts is not None else [rollouts_covered(entry) for entry in entries]
 
 
 def _parse_whole(data: bytes, keep: int) -> MetricsFile | None:
@@ -148,7 +161,7 @@ def _parse_whole(data: bytes, keep: int) -> MetricsFile | None:
     for entry in entries:
         groups = _groups(entry) or []
         totals.append(len(groups))
-        rollouts.append(_covered(groups))
+        rollouts.append(rollouts_covered(entry))
         if len(groups) > keep:
             entry["group_level_metrics"] = groups[:keep]
     return MetricsFile(entries, totals, rollouts)
@@ -157,27 +170,27 @@ def _parse_whole(data: bytes, keep: int) -> MetricsFile | None:
 def _parse_indented(handle: BinaryIO, keep: int) -> MetricsFile | None:
     scanner = _Scanner(handle)
     kept: list[bytes] = []
-    counts: list[tuple[int, int]] = []
+    counts: dict[int, tuple[int, int]] = {}
+    objects = 0
     while True:
         # the opening line with its newline: a list that is not empty; the newline stays, so every
         # object of the list starts with _GROUP_START
         before, found = scanner.until(_GROUPS_OPEN, leave=1)
         kept.append(before)
+        objects += before.count(_ENTRY_START)
         if not found:
             break
         groups, total, rollouts = scanner.region(_GROUPS_CLOSE, _GROUP_START, keep)
         # a cut list ends with the comma that separated its last kept object from the next one
         kept += [_GROUPS_OPEN[:-1], groups.rstrip(b","), _GROUPS_CLOSE]
-        counts.append((total, rollouts))
+        counts[objects - 1] = (total, rollouts)  # the list of the object entry opened last
     try:
         entries = _entries(orjson.loads(b"".join(kept)))
     except orjson.JSONDecodeError:
         return None
-    if entries is None:
+    if entries is None or len(entries) != objects:
         return None
-    # each non-empty list of groups at an entry's level is one count, in order
-    lists = iter(counts)
-    each = [next(lists, (0, 0)) if _groups(e) else (0, 0) for e in entries]
+    each = [counts.get(number, (0, 0)) for number in range(len(entries))]
     return MetricsFile(entries, [total for total, _ in each], [rollouts for _, rollouts in each])
 
 
@@ -193,6 +206,11 @@ def read_metrics_file(url: str, groups: int | None = None) -> MetricsFile | None
             if head != _INDENTED:
                 return _parse_whole(head + handle.read(), groups)
             handle.seek(0)
-            return _parse_indented(handle, groups)
+            found = _parse_indented(handle, groups)
+            if found is not None:
+                return found
+            # not laid out as the writers lay it out after all (or not JSON): parsed whole
+            handle.seek(0)
+            return _parse_whole(handle.read(), groups)
     except InputError:
         return None
