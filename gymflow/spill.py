@@ -1,9 +1,11 @@
-"""Sorting more items than memory should hold: sorted runs spilled to a local directory, merged.
+"""Items kept in local files instead of memory: pickled batches, and sorting by spilled runs.
 
-Items of up to :data:`RUN_ITEMS` are sorted in memory and nothing is written. Beyond that, each
-run of :data:`RUN_ITEMS` items is sorted and pickled to a file of the caller's directory in
-batches of :data:`BATCH`, and the runs are merged lazily: the merge holds one batch per run.
-Equal items keep their input order (each run is sorted stably and the merge prefers earlier runs).
+A spill file is a sequence of pickled lists (:func:`dump_batches`), read back one list at a time
+(:func:`load_batches`, :func:`read_batches`), so a reader holds one batch. :func:`sorted_spilled`
+sorts more items than memory should hold: up to :data:`RUN_ITEMS` are sorted in memory and nothing
+is written; beyond that, each run of :data:`RUN_ITEMS` items is sorted and spilled to a file of
+the caller's directory, and the runs are merged lazily (one batch per run held). Equal items keep
+their input order (each run is sorted stably and the merge prefers earlier runs).
 """
 
 from __future__ import annotations
@@ -11,10 +13,10 @@ from __future__ import annotations
 import heapq
 import os
 import pickle
-from collections.abc import Iterable, Iterator
-from typing import Any, Protocol, TypeVar
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, BinaryIO, Protocol, TypeVar
 
-__all__ = ["BATCH", "RUN_ITEMS", "sorted_spilled"]
+__all__ = ["BATCH", "RUN_ITEMS", "dump_batches", "load_batches", "read_batches", "sorted_spilled"]
 
 RUN_ITEMS = 200_000
 BATCH = 4_096
@@ -27,21 +29,33 @@ class _Ordered(Protocol):
 T = TypeVar("T", bound=_Ordered)
 
 
+def dump_batches(items: Sequence[Any], handle: BinaryIO, batch: int | None = None) -> None:
+    """Append ``items`` to ``handle`` as pickled lists of ``batch`` items (:data:`BATCH`)."""
+    size = BATCH if batch is None else batch
+    for start in range(0, len(items), size):
+        pickle.dump(items[start : start + size], handle, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def load_batches(handle: BinaryIO) -> Iterator[Any]:
+    """The items of the pickled lists in ``handle``, one list read at a time."""
+    while True:
+        try:
+            batch = pickle.load(handle)
+        except EOFError:
+            return
+        yield from batch
+
+
+def read_batches(path: str) -> Iterator[Any]:
+    """:func:`load_batches` of the local file ``path`` (a default buffer: many may be open at once)."""
+    with open(path, "rb") as handle:
+        yield from load_batches(handle)
+
+
 def _write_run(items: list[T], path: str) -> None:
     items.sort()
     with open(path, "wb", buffering=1 << 20) as handle:
-        for start in range(0, len(items), BATCH):
-            pickle.dump(items[start : start + BATCH], handle, protocol=pickle.HIGHEST_PROTOCOL)
-
-
-def _read_run(path: str) -> Iterator[Any]:
-    with open(path, "rb", buffering=1 << 20) as handle:
-        while True:
-            try:
-                batch = pickle.load(handle)
-            except EOFError:
-                return
-            yield from batch
+        dump_batches(items, handle)
 
 
 def sorted_spilled(items: Iterable[T], directory: str) -> Iterator[T]:
@@ -60,4 +74,4 @@ def sorted_spilled(items: Iterable[T], directory: str) -> Iterator[T]:
     if not paths:
         yield from run
         return
-    yield from heapq.merge(*(_read_run(path) for path in paths), run)
+    yield from heapq.merge(*(read_batches(path) for path in paths), run)

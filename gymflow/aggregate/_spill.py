@@ -19,6 +19,7 @@ from typing import Any, BinaryIO
 from gymflow import scratch
 from gymflow.aggregate._rows import RowFacts, shared_names
 from gymflow.aggregate._scan import ScanRow, ShardScan
+from gymflow.spill import read_batches
 
 __all__ = [
     "GroupStore", "RunWriter", "merge_order", "read_run", "shard_rows", "sort_key", "spiller", "write_run",
@@ -73,16 +74,6 @@ class RunWriter:
         self._handle.close()
 
 
-def _read(path: str) -> Iterator[tuple[Any, ...]]:
-    with open(path, "rb") as handle:
-        while True:
-            try:
-                batch = pickle.load(handle)
-            except EOFError:
-                return
-            yield from batch
-
-
 def sort_key(row: ScanRow) -> tuple[int, int]:
     return (row.facts.task, row.facts.rollout)
 
@@ -99,7 +90,7 @@ def write_run(path: str, rows: list[ScanRow]) -> None:
 
 
 def read_run(path: str) -> Iterator[ScanRow]:
-    for item in _read(path):
+    for item in read_batches(path):
         yield ScanRow.placed(_facts(item[:9]), item[9], item[10], item[11], item[12])
 
 
@@ -159,4 +150,4 @@ class GroupStore:
 
     def __iter__(self) -> Iterator[RowFacts]:
         self.close()
-        return (_facts(item) for item in _read(self.path))
+        return (_facts(item) for item in read_batches(self.path))

@@ -20,6 +20,7 @@ import orjson
 
 from gymflow.health._evaluate import RowResult, is_blank, loads, read_identity
 from gymflow.health._vocabulary import CheckId, Finding, Identity, Verdict, VerdictRow
+from gymflow.spill import dump_batches, load_batches, read_batches
 
 __all__ = [
     "Entry",
@@ -186,31 +187,16 @@ class SortedRun:
         if self.held is not None:
             return iter(self.held)
         if self.packed is not None:
-            return _load_batches(io.BytesIO(self.packed))
+            return load_batches(io.BytesIO(self.packed))
         assert self.path is not None
-        return _read_batches(self.path)
-
-
-def _read_batches(path: str) -> Iterator[Any]:
-    with open(path, "rb") as handle:
-        yield from _load_batches(handle)
-
-
-def _load_batches(handle: BinaryIO) -> Iterator[Any]:
-    while True:
-        try:
-            batch = pickle.load(handle)
-        except EOFError:
-            return
-        yield from batch
+        return read_batches(self.path)
 
 
 def write_batches(items: Sequence[Any], path: str | None) -> bytes:
     """Write ``items`` to the local file ``path``, or (``path=None``) pack them into the bytes
     returned."""
     with io.BytesIO() if path is None else open(path, "wb") as handle:
-        for start in range(0, len(items), BATCH):
-            pickle.dump(items[start : start + BATCH], handle, protocol=pickle.HIGHEST_PROTOCOL)
+        dump_batches(items, handle, BATCH)
         return handle.getvalue() if isinstance(handle, io.BytesIO) else b""
 
 
@@ -255,12 +241,12 @@ class RowWriter:
 
 def read_spilled_rows(path: str) -> Iterator[RowResult]:
     """The rows a :class:`RowWriter` wrote to ``path``, one at a time."""
-    return _read_batches(path)
+    return read_batches(path)
 
 
 def unpack_rows(packed: bytes) -> Iterator[RowResult]:
     """The rows a :class:`RowWriter` packed, one at a time."""
-    return _load_batches(io.BytesIO(packed))
+    return load_batches(io.BytesIO(packed))
 
 
 def sort_rows(

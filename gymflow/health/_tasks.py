@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import heapq
 import os
-import pickle
 from collections.abc import Iterator
 from contextlib import suppress
 from typing import BinaryIO
 
 from gymflow import scratch
+from gymflow.spill import dump_batches, read_batches
 
 RUN_TASKS = 1 << 14
 """Integer tasks sorted in memory before a run of them is spilled."""
@@ -25,21 +25,6 @@ _BATCH = 128
 
 Item = tuple[str, int]
 """A task's key in the summary and the index of its entry (entries are shared between tasks)."""
-
-
-def _dump(items: list[Item], handle: BinaryIO) -> None:
-    for start in range(0, len(items), _BATCH):
-        pickle.dump(items[start : start + _BATCH], handle, protocol=pickle.HIGHEST_PROTOCOL)
-
-
-def _load(path: str) -> Iterator[Item]:
-    with open(path, "rb") as handle:
-        while True:
-            try:
-                batch = pickle.load(handle)
-            except EOFError:
-                return
-            yield from batch
 
 
 class TaskSpill:
@@ -71,18 +56,18 @@ class TaskSpill:
         handle, path = self._new_file()
         self._int_runs.append(path)
         with handle:
-            _dump(self._ints, handle)
+            dump_batches(self._ints, handle, _BATCH)
         self._ints = []
 
     def _spill_texts(self) -> None:
         if self._text_file is None:
             self._text_file = self._new_file()
-        _dump(self._texts, self._text_file[0])
+        dump_batches(self._texts, self._text_file[0], _BATCH)
         self._texts = []
 
     def _text_items(self) -> Iterator[Item]:
         if self._text_file is not None:
-            yield from _load(self._text_file[1])
+            yield from read_batches(self._text_file[1])
         yield from self._texts
 
     def items(self) -> Iterator[Item]:
@@ -91,7 +76,7 @@ class TaskSpill:
         if self._text_file is not None:
             self._text_file[0].close()
         self._ints.sort()
-        ints = heapq.merge(*(_load(path) for path in self._int_runs), self._ints)
+        ints = heapq.merge(*(read_batches(path) for path in self._int_runs), self._ints)
         texts = self._text_items()
         text = next(texts, None)
         replaced: set[str] = set()
