@@ -221,7 +221,8 @@ def _score(options: HealthyOptions) -> _Scored:
         shard = os.path.join(directory, "healthy.jsonl")
         with open(shard, "wb", buffering=2**20) as handle:
             handle.writelines(_healthy_lines(options, counts, directory))
-        reduction, _ = merge_and_reduce([scan_part(shard, 0, scoring, None)], scoring)
+        # the rows go to sorted runs in the scratch directory, as a --direct aggregate spills them
+        reduction, _ = merge_and_reduce([scan_part(shard, 0, scoring, None, directory)], scoring)
         apply_server_metrics(reduction, scoring, [shard])
     return _Scored(reduction, counts.rows, counts.healthy)
 
