@@ -18,7 +18,6 @@ rows.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -33,9 +32,9 @@ from gymflow.aggregate import (
     apply_server_metrics,
     covered,
     merge_and_reduce,
-    metrics_bytes,
     read_metrics_file,
     scan_part,
+    write_metrics,
 )
 from gymflow.errors import InputError
 from gymflow.executor import Executor, LocalExecutor, Step
@@ -233,11 +232,8 @@ _WriteJob = tuple[HealthyOptions, Reduction, Digests, RunContext, str]
 def _write(job: _WriteJob) -> None:
     """The metrics file, then (last) its provenance record."""
     options, reduction, inputs, ctx, started_at = job
-    data = metrics_bytes(reduction.entries)
-    storage.write_atomic(options.output, data)
-    output = provenance.FileDigest(
-        storage.to_uri(options.output), hashlib.sha256(data).hexdigest(), len(data)
-    )
+    sha256, size = write_metrics(options.output, reduction.entries)  # streamed, as eval aggregate's
+    output = provenance.FileDigest(storage.to_uri(options.output), sha256, size)
     record = provenance.build_record(
         command=COMMAND,
         cache_key=cache_key(options, inputs),

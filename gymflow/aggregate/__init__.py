@@ -14,6 +14,7 @@ from gymflow.aggregate._metrics_reading import (
     read_metrics_file,
     rollouts_covered,
 )
+from gymflow.aggregate._metrics_writing import write_metrics
 from gymflow.aggregate._passk import highest_k_metrics, pass_at_k
 from gymflow.aggregate._reduce import Coverage, ReduceSettings, Reduction, assign_labels, reduce_shards
 from gymflow.aggregate._rows import RowFacts, ScoreSpec, extract
@@ -69,6 +70,7 @@ __all__ = [
     "loaded_line",
     "merge_and_reduce",
     "metrics_bytes",
+    "write_metrics",
     "prehash",
     "report_run",
     "metrics_path",
