@@ -29,6 +29,7 @@ import functools
 import random
 import ssl
 import sys
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
@@ -298,8 +299,16 @@ async def _attempts(sender: _Sender, request: Request, settings: ClientSettings)
             if wait is None:
                 cap = min(settings.backoff_cap_s, settings.backoff_base_s * 2 ** (attempt - 1))
                 wait = random.uniform(0.0, cap)
-            await asyncio.sleep(wait)
+            await _sleep_at_least(wait)
     return last
+
+
+async def _sleep_at_least(seconds: float) -> None:
+    """Sleep ``seconds`` or longer: an event loop may run a timer up to its clock's resolution early
+    (uvloop's is a millisecond), and a server's ``Retry-After`` is a minimum."""
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        await asyncio.sleep(left)
 
 
 async def _drive(
