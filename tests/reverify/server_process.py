@@ -7,6 +7,7 @@ Used by ``tests/reverify/conftest.py`` and by ``bench/reverify.py``. Every start
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -68,8 +69,17 @@ def server_env() -> dict[str, str]:
 class ServerProcess:
     """One running test server: ``.url``, the control API, and :meth:`stop`."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], host: str, port: int, log_path: Path) -> None:
+    def __init__(
+        self,
+        proc: subprocess.Popen[bytes],
+        host: str,
+        port: int,
+        log_path: Path,
+        owned_dir: Path | None = None,
+    ) -> None:
         self.proc = proc
+        self.owned_dir = owned_dir
+        """The log's temporary directory when :func:`start_server` made it: removed by :meth:`stop`."""
         self.host = host
         self.port = port
         self.log_path = log_path
@@ -119,6 +129,8 @@ class ServerProcess:
                 _signal_group(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(timeout_s)
         _signal_group(self.proc.pid, signal.SIGKILL)  # stragglers of the group (uvicorn workers)
+        if self.owned_dir is not None:
+            shutil.rmtree(self.owned_dir, ignore_errors=True)
 
     def __enter__(self) -> ServerProcess:
         return self
@@ -162,7 +174,9 @@ def start_server(
 
     With ``port=None`` a free port is picked (and re-picked if another process took it first).
     """
-    log_dir = log_dir or Path(tempfile.mkdtemp(prefix="gf-test-server-"))
+    owned = None if log_dir else Path(tempfile.mkdtemp(prefix="gf-test-server-"))
+    log_dir = log_dir or owned
+    assert log_dir is not None
     for attempt in range(3):
         chosen = port if port is not None else free_port(host)
         log_path = log_dir / f"server-{chosen}.log"
@@ -176,12 +190,16 @@ def start_server(
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-        server = ServerProcess(proc, host, chosen, log_path)
+        server = ServerProcess(
+            proc, host, chosen, log_path, owned if attempt == 2 or port is not None else None
+        )
         if wait_until_answering(server.url, timeout_s, proc):
+            server.owned_dir = owned
             return server
+        text = server.server_log()
         server.stop()
         if port is not None or attempt == 2:
-            raise RuntimeError(f"test server did not start on {server.url}:\n{server.server_log()[-4000:]}")
+            raise RuntimeError(f"test server did not start on {server.url}:\n{text[-4000:]}")
     raise AssertionError("unreachable")
 
 
