@@ -1,6 +1,7 @@
 """Items kept in local files instead of memory: pickled batches, and sorting by spilled runs.
 
-A spill file is a sequence of pickled lists (:func:`dump_batches`), read back one list at a time
+A spill file is a sequence of pickled lists (:func:`dump_batches`, or :class:`BatchWriter` one item
+at a time), read back one list at a time
 (:func:`load_batches`, :func:`read_batches`), so a reader holds one batch. :func:`sorted_spilled`
 sorts more items than memory should hold: up to :data:`RUN_ITEMS` are sorted in memory and nothing
 is written; beyond that, each run of :data:`RUN_ITEMS` items is sorted and spilled to a file of
@@ -16,7 +17,15 @@ import pickle
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, BinaryIO, Protocol, TypeVar
 
-__all__ = ["BATCH", "RUN_ITEMS", "dump_batches", "load_batches", "read_batches", "sorted_spilled"]
+__all__ = [
+    "BATCH",
+    "RUN_ITEMS",
+    "BatchWriter",
+    "dump_batches",
+    "load_batches",
+    "read_batches",
+    "sorted_spilled",
+]
 
 RUN_ITEMS = 200_000
 BATCH = 4_096
@@ -34,6 +43,37 @@ def dump_batches(items: Sequence[Any], handle: BinaryIO, batch: int | None = Non
     size = BATCH if batch is None else batch
     for start in range(0, len(items), size):
         pickle.dump(items[start : start + size], handle, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+class BatchWriter:
+    """Items appended one at a time to the local file ``path``, pickled ``batch`` at a time."""
+
+    def __init__(self, path: str, batch: int | None = None) -> None:
+        self.path = path
+        self._size = BATCH if batch is None else batch
+        self._handle: BinaryIO = open(path, "wb", buffering=1 << 20)  # noqa: SIM115 - closed by close()
+        self._batch: list[Any] = []
+        self.count = 0
+
+    def add(self, item: Any) -> None:
+        self._batch.append(item)
+        self.count += 1
+        if len(self._batch) >= self._size:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._batch:
+            pickle.dump(self._batch, self._handle, protocol=pickle.HIGHEST_PROTOCOL)
+            self._batch = []
+
+    def close(self) -> None:
+        self._flush()
+        self._handle.close()
+
+    def abandon(self) -> None:
+        """Close without writing what is pending (the file is being thrown away)."""
+        self._batch = []
+        self._handle.close()
 
 
 def load_batches(handle: BinaryIO) -> Iterator[Any]:

@@ -10,19 +10,18 @@ from __future__ import annotations
 
 import heapq
 import os
-import pickle
 import tempfile
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, BinaryIO
+from typing import Any
 
 from gymflow import scratch
 from gymflow.aggregate._rows import RowFacts, shared_names
 from gymflow.aggregate._scan import ScanRow, ShardScan
-from gymflow.spill import read_batches
+from gymflow.spill import BatchWriter, read_batches
 
 __all__ = [
-    "GroupStore", "RunWriter", "merge_order", "read_run", "shard_rows", "sort_key", "spiller", "write_run",
+    "GroupStore", "merge_order", "read_run", "shard_rows", "sort_key", "spiller", "write_run",
 ]  # fmt: skip
 
 _BATCH = 512
@@ -44,36 +43,6 @@ def _facts(item: tuple[Any, ...]) -> RowFacts:
     )  # fmt: skip
 
 
-class RunWriter:
-    """Writes tuples to a local file in pickled batches."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self._handle: BinaryIO = open(path, "wb", buffering=2**20)  # noqa: SIM115
-        self._batch: list[tuple[Any, ...]] = []
-        self.count = 0
-
-    def add(self, item: tuple[Any, ...]) -> None:
-        self._batch.append(item)
-        self.count += 1
-        if len(self._batch) >= _BATCH:
-            self._flush()
-
-    def _flush(self) -> None:
-        if self._batch:
-            pickle.dump(self._batch, self._handle, protocol=pickle.HIGHEST_PROTOCOL)
-            self._batch = []
-
-    def close(self) -> None:
-        self._flush()
-        self._handle.close()
-
-    def abandon(self) -> None:
-        """Close without writing what is pending (the file is being thrown away)."""
-        self._batch = []
-        self._handle.close()
-
-
 def sort_key(row: ScanRow) -> tuple[int, int]:
     return (row.facts.task, row.facts.rollout)
 
@@ -81,7 +50,7 @@ def sort_key(row: ScanRow) -> tuple[int, int]:
 def write_run(path: str, rows: list[ScanRow]) -> None:
     """Write ``rows`` (one shard's, in line order) to ``path`` sorted by key (stable)."""
     rows.sort(key=sort_key)
-    writer = RunWriter(path)
+    writer = BatchWriter(path, _BATCH)
     try:
         for row in rows:
             writer.add((*_facts_tuple(row.facts), row.group, row.shard, row.place, row.compact))
@@ -124,7 +93,7 @@ def merge_order(scans: Sequence[ShardScan]) -> Iterator[ScanRow]:
     return _merged(shard_rows(scan) for scan in scans)
 
 
-def _release(writer: RunWriter, path: str) -> None:
+def _release(writer: BatchWriter, path: str) -> None:
     writer.abandon()
     scratch.discard(path)
 
@@ -135,7 +104,7 @@ class GroupStore:
     def __init__(self) -> None:
         handle, path = scratch.scratch_file("aggregate", ".rows")
         os.close(handle)
-        self._writer: RunWriter | None = RunWriter(path)
+        self._writer: BatchWriter | None = BatchWriter(path, _BATCH)
         self.path = path
         weakref.finalize(self, _release, self._writer, path)
 
