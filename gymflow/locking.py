@@ -294,7 +294,7 @@ def _acquire_remote(
     mine = Holder(**{**asdict(holder), "expires": time.time() + lease})
     while True:
         try:
-            fs.pipe_file(key, mine.to_bytes(), mode="create", **storage.limit(fs))
+            fs.pipe_file(key, mine.to_bytes(), mode="create", **storage.limit(fs, one_request=True))
             break
         except FileExistsError:
             pass
@@ -310,7 +310,7 @@ def _acquire_remote(
             who = current.describe() if current is not None else "an unreadable lease"
             warn(f"took over the stale lease of {who} (lock {path})")
             with suppress(Exception):
-                fs.rm_file(key, **storage.limit(fs))
+                fs.rm_file(key, **storage.limit(fs, one_request=True))
             continue
         waited = time.monotonic() - start
         if waited >= wait:
@@ -326,7 +326,7 @@ def _acquire_remote(
                 if current is None or current.run_id != holder.run_id:
                     warn(f"the run lock {path} was taken over by another run")
                     return
-                fs.pipe_file(key, renewed.to_bytes(), **storage.limit(fs))
+                fs.pipe_file(key, renewed.to_bytes(), **storage.limit(fs, one_request=True))
             except Exception as exc:  # noqa: BLE001 - renewal is best effort; expiry covers it
                 logger.warning("cannot renew the run lock %s: %s", path, exc)
 
@@ -336,7 +336,7 @@ def _acquire_remote(
         with suppress(Exception):
             _, current = _read_remote(fs, key)
             if current is not None and current.run_id == holder.run_id:
-                fs.rm_file(key, **storage.limit(fs))
+                fs.rm_file(key, **storage.limit(fs, one_request=True))
 
     def release() -> None:
         # Bounded: a store that stopped answering must not hold the run up; the lease then
@@ -371,6 +371,6 @@ def _read_remote(fs: Any, key: str) -> tuple[bool, Holder | None]:
     """Whether the lease object exists, and its holder if it is readable."""
     try:
         fs.invalidate_cache(key)
-        return True, Holder.parse(bytes(fs.cat_file(key, **storage.limit(fs))))
+        return True, Holder.parse(bytes(fs.cat_file(key, **storage.limit(fs, one_request=True))))
     except FileNotFoundError:
         return False, None

@@ -121,11 +121,12 @@ def _guard(url: str, action: str, *, writing: bool = False) -> contextlib.Abstra
     return guard(url, action, writing=writing, budget=timeout_s(), endpoint=endpoint)
 
 
-def limit(fs: fsspec.AbstractFileSystem, nbytes: int = 0) -> dict[str, float]:
+def limit(fs: fsspec.AbstractFileSystem, nbytes: int = 0, *, one_request: bool = False) -> dict[str, float]:
     """Keyword arguments that bound one call of ``fs`` moving about ``nbytes`` by the budget, for
-    code that calls a filesystem from :func:`filesystem` itself: ``fs.cat_file(p, **limit(fs))``
+    code that calls a filesystem from :func:`filesystem` itself: ``fs.cat_file(p, **limit(fs))``;
+    a call that makes ``one_request`` is bounded by its request timeouts
     (see :func:`~gymflow.storage_faults.deadline`)."""
-    return deadline(fs, timeout_s(), nbytes)
+    return deadline(fs, timeout_s(), nbytes, one_request=one_request)
 
 
 def _copy_options(options: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:

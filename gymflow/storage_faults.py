@@ -291,19 +291,20 @@ MIN_TRANSFER_RATE = 2**20
 a blocked send, or a PUT waiting for ``100 Continue``, would otherwise wait forever)."""
 
 
-def deadline(fs: Any, budget: float, nbytes: int = 0) -> dict[str, float]:
+def deadline(fs: Any, budget: float, nbytes: int = 0, *, one_request: bool = False) -> dict[str, float]:
     """``timeout=`` for one call of an async fsspec filesystem. Nothing for a synchronous
     filesystem (local, memory), whose methods take no such argument.
 
     A call that lists or inspects gets ``budget`` seconds. A transfer of ``nbytes`` (one request,
-    or an upload's parts) gets what its request timeouts allow, at most ``budget``, plus the time
-    to move the bytes at :data:`MIN_TRANSFER_RATE`. fsspec runs the call on its own event loop and
-    cancels it when the time is up (``FSTimeoutError``); an object store only shows an object once
-    its upload is complete, so a cancelled write leaves nothing half-written.
+    or an upload's parts), or a call known to make ``one_request``, gets what its request timeouts
+    allow, at most ``budget``, plus the time to move the bytes at :data:`MIN_TRANSFER_RATE`.
+    fsspec runs the call on its own event loop and cancels it when the time is up
+    (``FSTimeoutError``); an object store only shows an object once its upload is complete, so a
+    cancelled write leaves nothing half-written.
     """
     if not getattr(fs, "async_impl", False):
         return {}
-    if nbytes <= 0:
+    if nbytes <= 0 and not one_request:
         return {"timeout": budget}
     config = getattr(fs, "config_kwargs", None) or {}
     attempts = int((config.get("retries") or {}).get("total_max_attempts", 1))

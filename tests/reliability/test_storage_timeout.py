@@ -259,3 +259,30 @@ def test_each_command_ends_within_the_budget_with_one_line(
     assert f"did not answer in time (storage.timeout_s = {BUDGET_S:g} s" in lines[0], lines[0]
     assert elapsed < BUDGET_S + SLACK_S, (elapsed, lines[0])
     assert not list(tmp_path.glob("**/*.tmp")) and not list(tmp_path.glob("out*.jsonl"))
+
+
+def test_the_run_lock_is_bounded_by_its_request_timeouts_not_the_whole_budget(
+    frozen: FrozenEndpoint,
+) -> None:
+    # A 60 s budget, requests of 0.5 s + 0.5 s, one attempt: each call of the lock is one small
+    # request, so it ends with its request's timeouts (plus slack), not after the whole budget,
+    # even when the call is not cut by the client's own timeouts (a busy event loop; a frozen
+    # server mid-request seen in CI).
+    options = {
+        "s3": {
+            "endpoint_url": frozen.url,
+            "secret": SECRET,
+            "key": "frozen-key-id",
+            "connect_timeout": 0.5,
+            "read_timeout": 0.5,
+            "retries": 1,
+        }
+    }
+    frozen.scope.enter_context(storage.using(storage_faults.with_timeout_s(options, 60.0)))
+    fs, _ = storage.filesystem("s3://frozen/run/.out.jsonl.lock")
+    assert storage.limit(fs) == {"timeout": 60.0}
+    assert storage.limit(fs, one_request=True) == {"timeout": 1.0}
+    elapsed, error = _timed(_take_lock)
+    assert isinstance(error, StorageError), repr(error)
+    assert str(error).startswith("s3://frozen/run/.out.jsonl.lock: cannot take the run lock"), error
+    assert elapsed < 1.0 + SLACK_S, elapsed
