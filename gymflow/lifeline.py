@@ -3,10 +3,10 @@
 * :func:`worker_init` is the initializer of every process pool gymflow starts: it makes the
   worker ignore Ctrl-C (the parent decides; no traceback per worker) and starts
   a thread that ends the worker as soon as its parent is gone (``kill -9`` of the parent included).
-* :func:`ensure_watchdog` starts, once per process, a small watchdog process that notes this
-  process's descendants (pool workers, multiprocessing's resource tracker, launched resources
-  servers) and terminates those still running when this process dies; the local Prefect server,
-  in a session of its own, is meant to outlive commands and is left alone.
+  multiprocessing's resource tracker then ends by itself (its pipe closes with the last of them);
+  no process of its own watches the tree (a watchdog process cost 14 MB of every pool's run).
+* :func:`stop_children`: an interrupted run stops its descendants; the local Prefect server, in a
+  session of its own, is meant to outlive commands and is left alone.
 * :func:`add_cleanup` / :func:`run_cleanups`: what an interrupted run must stop before it exits
   (the CLI's signal handler runs them within a deadline).
 * :func:`add_kept` / :func:`kept`: what an interrupted run keeps so far in files it appends to
@@ -15,17 +15,12 @@
 
 from __future__ import annotations
 
-import atexit
-import logging
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
 from contextlib import suppress
-from typing import Any
 
 __all__ = [
     "Kept",
@@ -33,7 +28,6 @@ __all__ = [
     "add_kept",
     "alive",
     "clear_kept",
-    "ensure_watchdog",
     "kept",
     "run_cleanups",
     "stop_children",
@@ -41,16 +35,12 @@ __all__ = [
     "worker_init",
 ]
 
-logger = logging.getLogger(__name__)
-
 PARENT_POLL_S = 0.2
 
-# The watchdog reads /proc itself (Linux): it must not depend on gymflow or on optional packages.
-_PROC_CODE = r"""
-import os, signal, sys, time
 
-def table():
-    out = {}
+def _table() -> dict[int, tuple[int, bytes, bytes]]:
+    """Every process's (parent pid, start time, session), from /proc (Linux)."""
+    out: dict[int, tuple[int, bytes, bytes]] = {}
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
@@ -59,77 +49,50 @@ def table():
                 fields = handle.read().rsplit(b")", 1)[1].split()
         except OSError:
             continue
-        # ppid, start time, session, process group
-        out[int(name)] = (int(fields[1]), fields[19], fields[3], fields[2])
+        out[int(name)] = (int(fields[1]), fields[19], fields[3])
     return out
 
-def descendants(root, exclude):
-    # A descendant in a session of its own (start_new_session) is meant to outlive us (the
-    # local Prefect server gymflow keeps running): it and its subtree are left alone.
-    procs = table()
-    session = procs.get(root, (0, b"", None, None))[2]
-    found, frontier = {}, [root]
+
+def _descendants(root: int) -> dict[int, bytes]:
+    """``root``'s descendants in its session (pid: start time). One in a session of its own
+    (start_new_session) is meant to outlive us (the local Prefect server gymflow keeps running):
+    it and its subtree are left alone."""
+    procs = _table()
+    session = procs.get(root, (0, b"", None))[2]
+    found: dict[int, bytes] = {}
+    frontier = [root]
     while frontier:
         current = frontier.pop()
-        for pid, (ppid, start, sid, _) in procs.items():
-            if ppid == current and pid not in found and pid != exclude and sid == session:
+        for pid, (ppid, start, sid) in procs.items():
+            if ppid == current and pid not in found and sid == session:
                 found[pid] = start
                 frontier.append(pid)
     return found
 
-def stop(known, grace):
-    def alive(pid, start):
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as handle:
-                fields = handle.read().rsplit(b")", 1)[1].split()
-            return fields[19] == start and fields[0] != b"Z"
-        except OSError:
-            return False
+
+def _running(pid: int, start: bytes) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            fields = handle.read().rsplit(b")", 1)[1].split()
+    except OSError:
+        return False
+    return fields[19] == start and fields[0] != b"Z"
+
+
+def _stop(known: dict[int, bytes], grace: float) -> None:
     for pid, start in known.items():
-        if alive(pid, start):
-            try:
+        if _running(pid, start):
+            with suppress(OSError):
                 os.kill(pid, signal.SIGTERM)
-            except OSError:
-                pass
     end = time.monotonic() + grace
-    while time.monotonic() < end and any(alive(p, s) for p, s in known.items()):
+    while time.monotonic() < end and any(_running(p, s) for p, s in known.items()):
         time.sleep(0.05)
     for pid, start in known.items():
-        if alive(pid, start):
-            try:
+        if _running(pid, start):
+            with suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-"""
 
-_WATCHDOG = (
-    _PROC_CODE
-    + r"""
-signal.signal(signal.SIGINT, signal.SIG_IGN)
-parent = int(sys.argv[1])
-me = os.getpid()
-_, parent_start, parent_session, parent_group = table().get(parent, (0, b"0", None, None))
-known = {}
-while os.getppid() == parent:
-    known = descendants(parent, me)
-    time.sleep(0.3)
-# Children started since the last look were re-parented, like this process, to the same reaper:
-# those of the dead parent's process group started after it are its orphans too.
-reaper = os.getppid()
-for pid, (ppid, start, sid, group) in table().items():
-    if (
-        ppid == reaper and pid != me and sid == parent_session and group == parent_group
-        and int(start) >= int(parent_start)
-    ):
-        known[pid] = start
-stop(known, 2.0)
-"""
-)
-_proc: dict[str, Any] = {}
-exec(compile(_PROC_CODE, "<gymflow.lifeline>", "exec"), _proc)  # one copy of the /proc helpers
 
-_watchdog: subprocess.Popen[bytes] | None = None
-_watchdog_pid_owner: int | None = None
 _cleanups: list[Callable[[], None]] = []
 _lock = threading.Lock()
 
@@ -179,36 +142,6 @@ def worker_initargs() -> tuple[int]:
     """``initargs`` for :func:`worker_init`: this process's pid (a worker's storage options come
     with each call, in its run context: :func:`gymflow.executor.in_context`)."""
     return (os.getpid(),)
-
-
-def ensure_watchdog() -> None:
-    """Start this process's watchdog if it has none yet (cheap to call before each pool)."""
-    global _watchdog, _watchdog_pid_owner
-    with _lock:
-        if _watchdog is not None:
-            if _watchdog_pid_owner == os.getpid() and _watchdog.poll() is None:
-                return
-            if _watchdog_pid_owner != os.getpid():
-                _watchdog.returncode = 0  # a forked child's copy of the parent's: not ours to reap
-        try:
-            _watchdog = subprocess.Popen(
-                [sys.executable, "-c", _WATCHDOG, str(os.getpid())],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                start_new_session=True,
-                close_fds=True,
-            )
-            _watchdog_pid_owner = os.getpid()
-            atexit.register(_forget_watchdog)
-        except OSError as exc:  # pragma: no cover - the workers still watch their parent
-            logger.warning("cannot start the process watchdog: %s", exc)
-
-
-def _forget_watchdog() -> None:
-    """At exit the watchdog is meant to outlive us (it stops what we leave): no ResourceWarning."""
-    if _watchdog is not None and _watchdog.returncode is None:
-        _watchdog.returncode = 0
 
 
 def add_cleanup(callback: Callable[[], None]) -> Callable[[], None]:
@@ -283,4 +216,4 @@ def run_cleanups(deadline: float) -> None:
 def stop_children(grace: float = 1.0) -> None:
     """Terminate every descendant of this process (then kill those still alive after ``grace``)."""
     with suppress(OSError):
-        _proc["stop"](_proc["descendants"](os.getpid(), -1), grace)
+        _stop(_descendants(os.getpid()), grace)

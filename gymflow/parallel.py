@@ -40,7 +40,6 @@ def _ctrl_c_held() -> Iterator[None]:
 
 def pool(workers: int) -> ProcessPoolExecutor:
     """A pool of ``workers`` core-only processes that exit with this one."""
-    lifeline.ensure_watchdog()
     with _ctrl_c_held():
         return ProcessPoolExecutor(
             max_workers=workers,

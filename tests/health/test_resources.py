@@ -64,7 +64,7 @@ def test_nothing_the_command_started_outlives_it(tmp_path: Path) -> None:
                 continue
         return found
 
-    deadline = time.monotonic() + 5.0  # the lifeline watchdog notices its parent's exit within 0.3 s
+    deadline = time.monotonic() + 5.0  # workers notice their parent's exit within 0.2 s
     while (left := marked()) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert left == []
