@@ -56,6 +56,7 @@ class BatchJob:
     count: int
     on_row: OnRow
     keys: tuple[tuple[str, str], ...] = ()
+    """Each row's server and content key: a cached batch, whose result holds its rows."""
 
 
 class FailedRows(GymflowError):
@@ -69,7 +70,7 @@ class FailedRows(GymflowError):
 
 
 def _verify(job: BatchJob) -> BatchResult:
-    result = verify_batch(job.plan, job.rows, job.on_row, job.count)
+    result = verify_batch(job.plan, job.rows, job.on_row, job.count, keep=bool(job.keys))
     if result.failures:
         raise FailedRows(result, job.count)
     return result
@@ -185,12 +186,12 @@ def _verify_all(plan: ReverifyPlan, executor: Executor, echo: Echo, progress: Pr
         flush_pending = False
         plan.flush()
 
-    def on_row(destination: Destination, row: dict[str, Any]) -> None:
+    def on_row(destination: Destination, row: dict[str, Any], line: bytes) -> None:
         nonlocal done, failures, flush_pending
         # Rows completed in one turn of the event loop are flushed together at the start of its next
         # turn (one write per turn, not per row); a row lost to kill -9 before that is verified again
         # by --resume, never recorded twice.
-        record_row(plan, destination, row, echo, flush=False)
+        record_row(plan, destination, row, echo, flush=False, line=line)
         if not flush_pending:
             flush_pending = True
             asyncio.get_running_loop().call_soon(flush)

@@ -23,8 +23,9 @@ __all__ = [
     "verify_batch",
 ]
 
-OnRow = Callable[[Destination, dict[str, Any]], None]
-"""Called once per completed row with where it goes and the stamped row."""
+OnRow = Callable[[Destination, dict[str, Any], bytes], None]
+"""Called once per completed row with where it goes, the stamped row and its JSONL line (empty for a
+row that is not persisted)."""
 
 
 @dataclass
@@ -91,25 +92,34 @@ def completed_row(plan: ReverifyPlan, routed: Routed, outcome: Result) -> tuple[
 
 
 def verify_batch(
-    plan: ReverifyPlan, batch: Iterable[Routed], on_row: OnRow | None = None, count: int | None = None
+    plan: ReverifyPlan,
+    batch: Iterable[Routed],
+    on_row: OnRow | None = None,
+    count: int | None = None,
+    *,
+    keep: bool = True,
 ) -> BatchResult:
     """Verify ``batch`` (at most ``--concurrency`` requests in flight, per-row retries inside),
     pulling its rows lazily (``count``: how many, when ``batch`` is not a sequence).
 
     Runs its own event loop, so it may be called from a worker thread. Nothing is written here;
-    ``on_row`` is called in the loop as each row completes."""
+    ``on_row`` is called in the loop as each row completes. Without ``keep`` the result holds no
+    row (a run that records each row as it completes and caches no batch: memory stays flat)."""
     result = BatchResult()
 
     def on_result(routed: Routed, outcome: Result) -> None:
         destination, row = completed_row(plan, routed, outcome)
+        line = b""
         if destination == "none":
             result.no_persist += 1
         else:
-            result.lines.append((destination, dumps(row)))
-            if destination == "sidecar":
-                result.failures.append(row)
+            line = dumps(row)
+            if keep:
+                result.lines.append((destination, line))
+                if destination == "sidecar":
+                    result.failures.append(row)
         if on_row is not None:
-            on_row(destination, row)
+            on_row(destination, row, line)
 
     size = count if count is not None else len(batch)  # type: ignore[arg-type]
     if size:
@@ -119,16 +129,22 @@ def verify_batch(
 
 
 def record_row(
-    plan: ReverifyPlan, destination: Destination, row: dict[str, Any], echo: Echo, *, flush: bool = True
+    plan: ReverifyPlan,
+    destination: Destination,
+    row: dict[str, Any],
+    echo: Echo,
+    *,
+    flush: bool = True,
+    line: bytes = b"",
 ) -> None:
-    """Append one completed row (compact JSON), flushed unless the caller flushes; count it; the 🚨
-    line of a failure."""
+    """Append one completed row (compact JSON: ``line`` when the caller has it), flushed unless the
+    caller flushes; count it; the 🚨 line of a failure."""
     tally = plan.tally
     tally.verified += 1
     if destination == "none":
         tally.no_persist += 1
         return
-    line = dumps(row)
+    line = line or dumps(row)
     if destination == "output":
         plan.append_output(line, row)
     else:
