@@ -13,7 +13,7 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 from gymflow.errors import GymflowError, UsageError
-from gymflow.view import DEFAULT_PORT
+from gymflow.view._urls import DEFAULT_PORT
 
 if TYPE_CHECKING:
     from gymflow.view import ViewServer
