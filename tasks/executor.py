@@ -7,17 +7,20 @@ whose CPU-bound steps hand their work to a pool of core-only processes, or a Das
 reports always run in the client. Each task's only parameter is its work item (quoted: Prefect
 does not walk it); the run context travels inside the task. A step's cache key becomes the task's
 (results persist to the result store), its lineage the task's assets, and only transient storage
-failures are retried.
+failures are retried. A cached task's result is pickled and base64-encoded in one call
+(:class:`ResultPickle`), not in 76-character lines as Prefect's default serializer does.
 """
 
 from __future__ import annotations
 
+import base64
 import errno
 import hashlib
+import pickle
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from prefect import Task, task
 from prefect.assets import materialize
@@ -25,6 +28,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.client.schemas.objects import State as _State
 from prefect.client.schemas.objects import TaskRun
 from prefect.context import TaskRunContext
+from prefect.serializers import Serializer
 from prefect.types.names import MAX_ASSET_KEY_LENGTH, RESTRICTED_ASSET_CHARACTERS
 from prefect.utilities.annotations import quote
 
@@ -52,6 +56,23 @@ def asset_key(url: str) -> str:
         digest = hashlib.sha256(uri.encode()).hexdigest()[:16]
         uri = f"{uri[: MAX_ASSET_KEY_LENGTH - 17]}~{digest}"
     return uri
+
+
+class ResultPickle(Serializer):  # bare: Serializer[X] would register a second class under no type
+    """A cached step's result as base64 text of its pickle, made in one call: Prefect's default
+    serializer cuts its base64 into 76-character lines, one Python-level call per line (0.4 s of
+    the 20 persisted batches of a 20,000-row reverify). The standard pickle, as for the results
+    that come back from pool workers (step results are plain data). A result persisted by the
+    default serializer (type ``pickle``) still loads with that one."""
+
+    type: Literal["gymflow-pickle"] = "gymflow-pickle"
+
+    def dumps(self, obj: Any) -> bytes:
+        return base64.b64encode(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
+
+    def loads(self, blob: bytes) -> Any:
+        result = pickle.loads(base64.b64decode(blob))  # noqa: S301 - our own result store
+        return result
 
 
 RETRY_DELAYS_S = [1.0, 4.0, 10.0]
@@ -131,7 +152,12 @@ class PrefectExecutor:
             def cache_key(_: TaskRunContext, parameters: dict[str, Any]) -> str:
                 return content_key(_unquoted(parameters["item"]))
 
-            options |= {"cache_key_fn": cache_key, "persist_result": True, "refresh_cache": step.refresh}
+            options |= {
+                "cache_key_fn": cache_key,
+                "persist_result": True,
+                "refresh_cache": step.refresh,
+                "result_serializer": ResultPickle(),
+            }
         made: Task[..., R]
         if step.lineage is None:
             made = task(**options)(body)

@@ -4,6 +4,7 @@ real local API. Only transient storage failures are retried; a bad input fails a
 from __future__ import annotations
 
 import errno
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -105,3 +106,39 @@ def test_a_long_path_keeps_its_start_and_a_hash() -> None:
     one, other = (prefect_executor.asset_key(f"/{'d' * 600}/{name}") for name in ("a", "b"))
     assert len(one) == len(other) == MAX_ASSET_KEY_LENGTH and one != other
     assert one.startswith("file:///ddd")
+
+
+def _tripled(item: str) -> list[str]:
+    CALLS.append(item)
+    return [item] * 3
+
+
+def test_a_cached_result_is_stored_in_one_base64_line_and_read_back(tmp_path: Path) -> None:
+    """A cached step's result is persisted by gymflow's serializer (one base64 call, not
+    Prefect's 76-character lines) and a second run reads it back instead of calling the step."""
+    import json
+    import uuid
+
+    from prefect import flow
+
+    from gymflow.flows._runtime import run_flow
+
+    CALLS.clear()
+    key = f"executor-test-{uuid.uuid4().hex}"
+    step = Step("tripled", _tripled, cache_key=lambda item: f"{key}-{item}")
+
+    @flow(name="executor-cache-test", validate_parameters=False)
+    def probe(ctx: RunContext, workers: int) -> object:
+        with prefect_executor.prefect_executor(ctx, workers, remote=False, what="test") as executor:
+            return executor.call(step, "x" * 100)
+
+    for _ in range(2):
+        result, _ = run_flow(probe, RunContext(), 1)
+        assert result == ["x" * 100] * 3
+    assert CALLS == ["x" * 100]  # the second run's result came from the store
+
+    stored = Path(os.environ["PREFECT_HOME"]) / "storage" / f"{key}-{'x' * 100}"
+    record = json.loads(stored.read_bytes())
+    assert record["metadata"]["serializer"]["type"] == "gymflow-pickle"
+    assert "\n" not in record["result"]
+    assert prefect_executor.ResultPickle().loads(record["result"].encode()) == ["x" * 100] * 3
