@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -20,8 +20,10 @@ if TYPE_CHECKING:
 from gymflow.aggregate._scan import GroupRef
 from gymflow.errors import GymflowError
 from gymflow.gym_config import Routing, resources_server_urls
+from gymflow.jsonline import dumps_exact
 
 __all__ = [
+    "MetricsBody",
     "ServerMetricsError",
     "ServerSettings",
     "post_metrics",
@@ -44,6 +46,48 @@ class ServerSettings:
     timeout_s: float = 300.0
     max_attempts: int = 4
     backoff_base_s: float = 1.0
+
+
+_OPEN = b'{"verify_responses":['
+_CLOSE = b"]}"
+_PIECE = 256 * 1024
+
+
+@dataclass(frozen=True)
+class MetricsBody:
+    """The rows of one ``POST /aggregate_metrics``, each as compact JSON: ``rows()`` reads them
+    anew for each attempt (from memory, or from a scratch file), so the body is streamed with
+    its length known and never held whole."""
+
+    rows: Callable[[], Iterable[bytes]]
+    count: int
+    size: int
+    """The rows' bytes, summed."""
+
+    @classmethod
+    def of(cls, rows: Iterable[Mapping[str, Any]]) -> MetricsBody:
+        """The body of rows held in memory."""
+        encoded = [dumps_exact(row) for row in rows]
+        return cls(lambda: encoded, len(encoded), sum(map(len, encoded)))
+
+    @property
+    def length(self) -> int:
+        return len(_OPEN) + self.size + max(self.count - 1, 0) + len(_CLOSE)
+
+    def chunks(self) -> Iterator[bytes]:
+        """``{"verify_responses":[row,row,...]}`` in pieces of about 256 KB."""
+        piece = bytearray(_OPEN)
+        first = True
+        for row in self.rows():
+            if not first:
+                piece += b","
+            first = False
+            piece += row
+            if len(piece) >= _PIECE:
+                yield bytes(piece)
+                piece.clear()
+        piece += _CLOSE
+        yield bytes(piece)
 
 
 def strip_row(row: Mapping[str, Any]) -> dict[str, Any]:
@@ -90,7 +134,7 @@ def post_metrics(
     client: httpx.Client,
     name: str,
     url: str,
-    rows: Sequence[Mapping[str, Any]],
+    body: MetricsBody,
     settings: ServerSettings,
     sleep: Callable[[float], None] = time.sleep,
 ) -> dict[str, Any]:
@@ -98,10 +142,12 @@ def post_metrics(
     import httpx
 
     detail = "no attempt made"
+    # With its length given, httpx sends the streamed body as it is, not chunked.
+    headers = {"Content-Type": "application/json", "Content-Length": str(body.length)}
     for attempt in range(1, settings.max_attempts + 1):
         response: httpx.Response | None = None
         try:
-            response = client.post(f"{url}/aggregate_metrics", json={"verify_responses": list(rows)})
+            response = client.post(f"{url}/aggregate_metrics", content=body.chunks(), headers=headers)
         except httpx.TimeoutException as exc:
             detail = f"timed out after {settings.timeout_s} s ({type(exc).__name__})"
         except httpx.TransportError as exc:
@@ -148,9 +194,8 @@ def server_entries(
                 raise ServerMetricsError(
                     f"aggregate metrics: resources server {name!r} failed: no host/port in the config"
                 )
-            answer = post_metrics(
-                client, name, urls[name], [strip_row(r) for r in rows_by_group[key]], settings
-            )
+            body = MetricsBody.of(strip_row(r) for r in rows_by_group[key])
+            answer = post_metrics(client, name, urls[name], body, settings)
             new: dict[str, Any] = {"agent_ref": entry["agent_ref"]}
             if "_ng_environment_server" in entry:
                 new["_ng_environment_server"] = entry["_ng_environment_server"]

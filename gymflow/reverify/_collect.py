@@ -17,6 +17,7 @@ from typing import Any
 from gymflow.aggregate._rows import RowFacts, extract
 from gymflow.errors import InputError
 from gymflow.gym_config import RouteError, Routing
+from gymflow.reverify._sent import SentRows, Span
 
 __all__ = ["LAST", "Collected", "OutputRow", "label_key", "output_row", "sort_key", "stripped"]
 
@@ -64,17 +65,20 @@ def stripped(row: Mapping[str, Any]) -> dict[str, Any]:
 @dataclass(frozen=True, slots=True)
 class OutputRow:
     """What the metrics need of one labelled row: its group, routed server, facts and, unless
-    the metrics are local, the row as the server receives it."""
+    the metrics are local, where the row as the server receives it is kept."""
 
     label: tuple[str, str]
     environment: bool
     server: str
     facts: RowFacts
-    sent: dict[str, Any] | None
+    sent: Span | None
 
 
-def output_row(row: Mapping[str, Any], routing: Routing, local: bool, where: str) -> OutputRow | None:
-    """The :class:`OutputRow` of a parsed output row (None: not labelled, not in the metrics).
+def output_row(
+    row: Mapping[str, Any], routing: Routing, sent: SentRows | None, where: str
+) -> OutputRow | None:
+    """The :class:`OutputRow` of a parsed output row (None: not labelled, not in the metrics),
+    the row as the server receives it added to ``sent`` (None: local metrics, nothing sent).
     Raises :class:`InputError` for a row whose indices are not integers."""
     labelled = label_key(row)
     if labelled is None:
@@ -84,16 +88,17 @@ def output_row(row: Mapping[str, Any], routing: Routing, local: bool, where: str
     except RouteError:
         server = ""
     facts = extract(row, None, where)
-    sent = None if local else stripped(row)
-    return OutputRow(labelled, "_ng_environment_server" in row, server, facts, sent)
+    span = None if sent is None else sent.add(stripped(row))
+    return OutputRow(labelled, "_ng_environment_server" in row, server, facts, span)
 
 
 @dataclass
 class Collected:
-    """The output's lines as appended: each one's sort key, byte span and metrics row."""
+    """The output's lines as appended: each one's sort key, byte span and metrics row (and,
+    unless the metrics are local, in ``sent``, the rows as the server receives them)."""
 
     routing: Routing
-    local: bool
+    sent: SentRows | None
     keys: list[SortKey] = field(default_factory=list)
     spans: list[tuple[int, int]] = field(default_factory=list)
     rows: list[OutputRow | None] = field(default_factory=list)
@@ -103,7 +108,7 @@ class Collected:
         """Gather one appended output row of ``length`` bytes; False when its facts cannot be
         read (the caller stops gathering)."""
         try:
-            gathered = output_row(row, self.routing, self.local, "")
+            gathered = output_row(row, self.routing, self.sent, "")
         except InputError:
             return False
         self.keys.append(sort_key(row.get("_ng_task_index"), row.get("_ng_rollout_index")))

@@ -7,6 +7,7 @@ import hashlib
 import os
 from collections.abc import Iterator, Mapping
 from concurrent.futures import Future
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,11 +20,13 @@ from gymflow.aggregate._reduce import assign_labels, key_metrics_lines
 from gymflow.aggregate._rows import RowFacts
 from gymflow.aggregate._run import metrics_bytes
 from gymflow.aggregate._scan import GroupRef
+from gymflow.aggregate._server import MetricsBody
 from gymflow.errors import InputError
 from gymflow.gym_config import resources_server_url
 from gymflow.reverify._collect import LAST, Collected, OutputRow, SortKey, output_row, sort_key
 from gymflow.reverify._outputs import forget_kept
 from gymflow.reverify._plan import Echo, ReverifyPlan, Tally
+from gymflow.reverify._sent import SentRows, Span
 from gymflow.run_context import RunContext
 
 __all__ = ["COMMAND", "ReverifyOutcome", "finish"]
@@ -125,9 +128,9 @@ _ENTRY_BLOCKS: dict[str, type] = {
 """The blocks of a metrics-file entry, after ``agent_ref``, in 0.7.0's order, and their JSON types."""
 
 
-def _file_rows(plan: ReverifyPlan) -> Iterator[OutputRow | None]:
-    """The metrics rows of the sorted output, read back from the file."""
-    local = plan.options.local_metrics
+def _file_rows(plan: ReverifyPlan, sent: SentRows | None) -> Iterator[OutputRow | None]:
+    """The metrics rows of the sorted output, read back from the file (the rows the server
+    receives kept in ``sent``)."""
     with open(plan.paths.local_output, "rb") as handle:
         for number, line in enumerate(handle, 1):
             if not line.strip():
@@ -141,7 +144,7 @@ def _file_rows(plan: ReverifyPlan) -> Iterator[OutputRow | None]:
                     f"{line[:60]!r}. Remove that line, or pass --overwrite to start over."
                 ) from None
             if isinstance(row, dict):
-                yield output_row(row, plan.routing, local, f"{plan.paths.output!r} line {number}")
+                yield output_row(row, plan.routing, sent, f"{plan.paths.output!r} line {number}")
 
 
 def _entries(plan: ReverifyPlan) -> tuple[list[dict[str, Any]], str | None]:
@@ -152,12 +155,25 @@ def _entries(plan: ReverifyPlan) -> tuple[list[dict[str, Any]], str | None]:
     writes it (§3.10 point 1); with ``local_metrics``, or for a server that cannot answer,
     gymflow's local computation."""
     local = plan.options.local_metrics
-    facts: dict[tuple[str, str], list[RowFacts]] = {}
-    rows: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    refs: dict[tuple[str, str], GroupRef] = {}
     collected = plan.collected
+    with ExitStack() as stack:
+        sent = collected.sent if collected is not None else None
+        if collected is None and not local:
+            sent = SentRows()
+            stack.callback(sent.close)
+        return _entries_of(plan, collected, sent)
+
+
+def _entries_of(
+    plan: ReverifyPlan, collected: Collected | None, sent: SentRows | None
+) -> tuple[list[dict[str, Any]], str | None]:
+    facts: dict[tuple[str, str], list[RowFacts]] = {}
+    rows: dict[tuple[str, str], list[Span]] = {}
+    refs: dict[tuple[str, str], GroupRef] = {}
     gathered = (
-        _file_rows(plan) if collected is None else (collected.rows[index] for index in collected.order())
+        _file_rows(plan, sent)
+        if collected is None
+        else (collected.rows[index] for index in collected.order())
     )
     for each in gathered:
         if each is None:
@@ -177,8 +193,8 @@ def _entries(plan: ReverifyPlan) -> tuple[list[dict[str, Any]], str | None]:
     for name, group in keyed.items():
         label = labels[name]
         entry: dict[str, Any] | None = None
-        if not local and group[1] not in absent:
-            blocks, problem = _server_blocks(plan, group[1], rows[group])
+        if sent is not None and group[1] not in absent:
+            blocks, problem = _server_blocks(plan, group[1], sent.body(rows.get(group, [])))
             if blocks is None:
                 absent[group[1]] = problem
             else:
@@ -214,9 +230,7 @@ def _absent_line(absent: Mapping[str, str]) -> str:
     )
 
 
-def _server_blocks(
-    plan: ReverifyPlan, server: str, rows: list[dict[str, Any]]
-) -> tuple[dict[str, Any] | None, str]:
+def _server_blocks(plan: ReverifyPlan, server: str, body: MetricsBody) -> tuple[dict[str, Any] | None, str]:
     """The entry blocks of a server's ``/aggregate_metrics`` answer, as 0.7.0 keeps them (its
     keys in their order, its number types; absent blocks empty, ``perf_summary`` and any other
     key dropped), or None and why the server gave none."""
@@ -237,7 +251,7 @@ def _server_blocks(
         timeout = httpx.Timeout(settings.timeout_s)
         # No CA bundle loaded for plain HTTP.
         with httpx.Client(timeout=timeout, trust_env=False, verify=secure([url])) as client:
-            answer = post_metrics(client, server, url, rows, settings)
+            answer = post_metrics(client, server, url, body, settings)
     except ServerMetricsError as exc:
         prefix = f"aggregate metrics: resources server {server!r} failed: "
         return None, _shorten(str(exc).removeprefix(prefix))

@@ -47,6 +47,7 @@ from gymflow.reverify._select import (
     select_native,
     work_of_items,
 )
+from gymflow.reverify._sent import SentRows
 from gymflow.reverify.launch import Servers
 from gymflow.verify_items import Item
 
@@ -426,7 +427,11 @@ def _open_plan(
         echo(alarm_line(row))
     plan.flush()
     if plan.files["output"].size == 0:
-        plan.collected = Collected(routing, options.local_metrics)
+        sent = None
+        if not options.local_metrics and not options.disable_aggregation:
+            sent = SentRows()
+            stack.callback(sent.close)
+        plan.collected = Collected(routing, sent)
     if not plan.work:
         echo(NOTHING)
     if "num_samples_in_parallel" in options.model_fields_set:

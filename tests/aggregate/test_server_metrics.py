@@ -190,3 +190,18 @@ def test_40_local_defaults_equal_a_live_mcqa_server() -> None:
     assert len(shared) >= 53
     assert all(local.agent_metrics[k] == answer["agent_metrics"][k] for k in shared)
     assert not any(k.startswith("pass@") for k in local.agent_metrics)
+
+
+def test_a_metrics_body_streams_its_rows_with_its_length_and_reads_them_again() -> None:
+    from gymflow.aggregate._server import MetricsBody
+
+    rows = [{"i": i, "text": "é" * 1000, "big": 2**70} for i in range(600)]  # pieces of 256 KB
+    body = MetricsBody.of(rows)
+    first, again = b"".join(body.chunks()), b"".join(body.chunks())  # a retry reads them anew
+    assert first == again and len(first) == body.length
+    assert len(list(body.chunks())) > 1
+    assert json.loads(first) == {"verify_responses": rows}
+    empty = MetricsBody.of([])
+    assert b"".join(empty.chunks()) == b'{"verify_responses":[]}' and empty.length == len(
+        b"".join(empty.chunks())
+    )

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 from collections.abc import Callable
 from typing import Any
 
@@ -160,3 +162,13 @@ def test_rows_gathered_while_appended_give_the_files_read_back_gives(
         first, second = case.path(f"gathered{suffix}"), case.path(f"read_back{suffix}")
         assert first.read_bytes() == second.read_bytes(), suffix
     assert case.path("gathered.jsonl").read_bytes().count(b"\n") == 9
+
+
+def test_the_rows_sent_for_the_metrics_are_kept_on_scratch_and_removed(
+    case: Case, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    scratch = tmp_path_factory.mktemp("scratch")
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    assert case.run().code == 0
+    assert len(_posted(case.server)) == 9
+    assert [name for name in os.listdir(scratch) if name.startswith("gymflow-sent-")] == []
