@@ -22,7 +22,7 @@ from gymflow.aggregate._scan import ShardScan, parse_line, paused_gc, resolve_gr
 from gymflow.aggregate._select import failures_path, materialized_path, metrics_path
 from gymflow.aggregate._server import ServerSettings, server_entries
 from gymflow.aggregate._sidecars import ShardSidecars, read_sidecars
-from gymflow.aggregate._spill import shard_rows, spiller
+from gymflow.aggregate._spill import pack_run, shard_rows, spiller
 from gymflow.frozen import FrozenDict, freeze
 from gymflow.run_context import RunContext
 
@@ -137,12 +137,13 @@ class AggregateOutcome:
 def scan_part(
     shard: str, index: int, options: AggregateOptions, spool_dir: str | None, spill_dir: str | None = None
 ) -> ShardPart:
-    """Read one shard (hash, parse, facts) and its sidecars; with ``spill_dir`` (local scratch
-    that outlives the part), its rows go there as sorted runs instead of staying in memory."""
+    """Read one shard (hash, parse, facts) and its sidecars. Its rows become sorted runs: files
+    in ``spill_dir`` (local scratch that outlives the part), else the runs' bytes, which the part
+    carries (a cached scan's result holds them)."""
     with paused_gc():
         settings = options.settings
         track = bool(settings.count_failure_classes_as_zero or settings.count_missing_rollouts_as_zero)
-        spill = None if spill_dir is None else spiller(spill_dir)
+        spill = pack_run if spill_dir is None else spiller(spill_dir)
         scan = scan_shard(
             shard, index, settings.pass_majority, options.agent_environments, spool_dir, track, spill
         )

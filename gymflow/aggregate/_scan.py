@@ -2,7 +2,7 @@
 
 :func:`scan_shard` is the per-shard unit of work (one Prefect task per shard runs it). It keeps,
 per row, only its :class:`RowFacts`, its group and where its bytes are, never the row itself;
-given somewhere to spill them (a direct run), it holds at most :data:`RUN_ROWS` of those.
+handed to a spill, it holds at most :data:`RUN_ROWS` of those.
 Rows are read with :func:`gymflow.jsonline.loads_shallow` (the few fields the metrics read are
 decoded, the rest only validated), falling back to the full exact reading for any line it cannot
 vouch for, so rows and errors are those of :func:`gymflow.jsonline.loads_exact`. Remote shards
@@ -149,8 +149,9 @@ class ShardScan:
     nbytes: int
     rows: list[ScanRow] = field(default_factory=list)
     """The rows held (in line order): all of them, unless they were spilled as ``runs``."""
-    runs: list[str] = field(default_factory=list)
-    """Local files of the rows spilled, each sorted by key (``gymflow.aggregate._spill``)."""
+    runs: list[str | bytes] = field(default_factory=list)
+    """The rows spilled, each run sorted by key (``gymflow.aggregate._spill``): a local file, or
+    its bytes."""
     count: int = 0
     """Rows loaded."""
     perf: dict[str, PerfAccumulator] = field(default_factory=dict)
@@ -278,14 +279,14 @@ def scan_shard(
     agent_environments: Mapping[str, str] | None = None,
     spool_dir: str | None = None,
     track_keys: bool = True,
-    spill: Callable[[list[ScanRow]], str] | None = None,
+    spill: Callable[[list[ScanRow]], str | bytes] | None = None,
 ) -> ShardScan:
     """Stream ``url`` once: SHA-256 of its bytes, and the facts of every non-blank line.
 
     ``spool_dir`` (used for non-local shards) receives a local copy of the bytes for the merge.
     ``track_keys`` records the top-level keys each group's rows carry (only the count-as-zero
     rules need them). ``spill`` takes the rows held every :data:`RUN_ROWS` rows and at the end,
-    and returns the file it wrote them to (a run); else they stay in ``rows``.
+    and returns the run it made of them (a file, or its bytes); else they stay in ``rows``.
     Raises :class:`InputError` naming file and line for a malformed line or index.
     """
     environments = agent_environments or {}

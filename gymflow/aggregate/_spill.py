@@ -1,6 +1,9 @@
 """Rows kept in local scratch files instead of memory, read back in the order they were written.
 
-A shard's rows are sorted by key (task, rollout) and written as *runs*; the reduce step merges
+A shard's rows are sorted by key (task, rollout) and written as *runs* (a scan whose result is
+cached, in Prefect's result store, keeps each run as the bytes such a file would hold: they
+pickle as one string, not one object per field, and take a fraction of the rows' memory); the
+reduce step merges
 every shard's runs into the merge order, and writes each group's facts, in that order, to a
 :class:`GroupStore` that the group's metrics read as often as they need. A file holds pickled
 batches of plain tuples (a row costs some tens of bytes there); reading keeps one batch.
@@ -9,6 +12,7 @@ batches of plain tuples (a row costs some tens of bytes there); reading keeps on
 from __future__ import annotations
 
 import heapq
+import io
 import os
 import tempfile
 import weakref
@@ -18,10 +22,10 @@ from typing import Any
 from gymflow import scratch
 from gymflow.aggregate._rows import RowFacts, shared_names
 from gymflow.aggregate._scan import ScanRow, ShardScan
-from gymflow.spill import BatchWriter, read_batches
+from gymflow.spill import BatchWriter, dump_batches, load_batches, read_batches
 
 __all__ = [
-    "GroupStore", "merge_order", "read_run", "shard_rows", "sort_key", "spiller", "write_run",
+    "GroupStore", "merge_order", "pack_run", "read_run", "shard_rows", "sort_key", "spiller", "write_run",
 ]  # fmt: skip
 
 _BATCH = 512
@@ -47,19 +51,33 @@ def sort_key(row: ScanRow) -> tuple[int, int]:
     return (row.facts.task, row.facts.rollout)
 
 
+def _run_item(row: ScanRow) -> tuple[Any, ...]:
+    return (*_facts_tuple(row.facts), row.group, row.shard, row.place, row.compact)
+
+
 def write_run(path: str, rows: list[ScanRow]) -> None:
     """Write ``rows`` (one shard's, in line order) to ``path`` sorted by key (stable)."""
     rows.sort(key=sort_key)
     writer = BatchWriter(path, _BATCH)
     try:
         for row in rows:
-            writer.add((*_facts_tuple(row.facts), row.group, row.shard, row.place, row.compact))
+            writer.add(_run_item(row))
     finally:
         writer.close()
 
 
-def read_run(path: str) -> Iterator[ScanRow]:
-    for item in read_batches(path):
+def pack_run(rows: list[ScanRow]) -> bytes:
+    """``rows`` (one shard's, in line order) sorted by key (stable), as the bytes of a run file."""
+    rows.sort(key=sort_key)
+    handle = io.BytesIO()
+    dump_batches([_run_item(row) for row in rows], handle, _BATCH)
+    return handle.getvalue()
+
+
+def read_run(run: str | bytes) -> Iterator[ScanRow]:
+    """The rows of a run: a local file, or its bytes."""
+    items = load_batches(io.BytesIO(run)) if isinstance(run, bytes) else read_batches(run)
+    for item in items:
         yield ScanRow.placed(_facts(item[:9]), item[9], item[10], item[11], item[12])
 
 
@@ -84,7 +102,7 @@ def _merged(sources: Iterable[Iterable[ScanRow]]) -> Iterator[ScanRow]:
 def shard_rows(scan: ShardScan) -> Iterator[ScanRow]:
     """A shard's rows in key order, equal keys in line order (its runs are in line order)."""
     if scan.runs:
-        return _merged(read_run(path) for path in scan.runs)
+        return _merged(read_run(run) for run in scan.runs)
     return iter(sorted(scan.rows, key=sort_key))
 
 

@@ -1,4 +1,5 @@
-"""Spilled rows (direct runs): the same merged file and metrics as rows held in memory."""
+"""Spilled rows (direct runs: files) give the same merged file and metrics as rows packed in
+memory (the runs' bytes, which a cached scan's result holds)."""
 
 from __future__ import annotations
 
@@ -34,18 +35,20 @@ def _aggregate(glob: str, output: Path, spill_dir: str | None) -> tuple[bytes, b
     options = AggregateOptions(input_glob=glob, output=str(output), settings=ReduceSettings())
     shards = sorted(Path(glob).parent.glob("*.jsonl"))
     parts = [scan_part(str(shard), index, options, None, spill_dir) for index, shard in enumerate(shards)]
+    kind = bytes if spill_dir is None else str
+    assert all(isinstance(run, kind) and not part.scan.rows for part in parts for run in part.scan.runs)
     runs = sum(len(part.scan.runs) for part in parts)
     reduction, _ = merge_and_reduce(parts, options)
     return output.read_bytes(), metrics_bytes(reduction.entries), runs
 
 
-def test_spilled_runs_give_the_bytes_of_rows_held(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_spilled_runs_give_the_bytes_of_packed_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     glob = _shards(tmp_path)
-    held = _aggregate(glob, tmp_path / "held.jsonl", None)
+    held = _aggregate(glob, tmp_path / "held.jsonl", None)  # one run per shard, in memory
     (tmp_path / "spill").mkdir()
     monkeypatch.setattr(scan_module, "RUN_ROWS", 7)  # several runs per shard
     spilled = _aggregate(glob, tmp_path / "spilled.jsonl", str(tmp_path / "spill"))
-    assert held[2] == 0 and spilled[2] > 3 * 5
+    assert held[2] == 3 and spilled[2] > 3 * 5
     assert spilled[:2] == held[:2]
     assert held[0].count(b"\n") == 120
 
