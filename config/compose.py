@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from gymflow.conf.composed_cache import cached_compose
 from gymflow.conf.overrides import Override, apply_override, holds, leaf_keys, parse_overrides, read_yaml
 from gymflow.config import SHARED_KEYS, GymflowConfig
 from gymflow.errors import UsageError
@@ -186,17 +187,23 @@ def describe(exc: ValidationError, composed: Composed, model: type[BaseModel] | 
 
 
 def _compose_packaged(name: str, choices: Sequence[Override]) -> dict[str, Any]:
+    """``config/<name>.yaml`` composed with the group ``choices`` (through the cache of
+    :mod:`gymflow.conf.composed_cache`)."""
+    texts = [choice.text for choice in choices]
+    return cached_compose(name, texts, lambda: _hydra_compose(name, texts))
+
+
+def _hydra_compose(name: str, texts: Sequence[str]) -> dict[str, Any]:
     from hydra import compose as hydra_compose
     from hydra import initialize_config_module
     from omegaconf import OmegaConf
 
     try:
         with initialize_config_module(config_module="gymflow.conf", version_base=None):
-            cfg = hydra_compose(config_name=name, overrides=[choice.text for choice in choices])
+            cfg = hydra_compose(config_name=name, overrides=list(texts))
     except Exception as exc:  # noqa: BLE001 - Hydra's errors (an unknown group option): one line
-        texts = " ".join(choice.text for choice in choices)
         detail = " ".join(str(exc).split("Config search path")[0].split())
-        raise UsageError(f"invalid override {texts!r}: {detail}") from None
+        raise UsageError(f"invalid override {' '.join(texts)!r}: {detail}") from None
     data = OmegaConf.to_container(cfg, resolve=False)
     assert isinstance(data, dict)
     return {str(key): value for key, value in data.items()}

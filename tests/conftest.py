@@ -27,6 +27,9 @@ _PREFECT_HOME = tempfile.mkdtemp(prefix="gymflow-tests-prefect-")
 os.environ["PREFECT_HOME"] = _PREFECT_HOME
 os.environ["PREFECT_SERVER_API_PORT"] = str(_free_port())
 os.environ.pop("PREFECT_API_URL", None)
+# Composed configurations are cached between commands (gymflow.conf.composed_cache): the tests'
+# own cache, never the user's.
+os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="gymflow-tests-cache-")
 os.environ.setdefault("DO_NOT_TRACK", "1")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 # The CLI's default console level (prefect.log_level). Prefect fixes its log level when it is first
