@@ -159,3 +159,35 @@ def test_verifier_identity_ignores_addresses() -> None:
     assert verifier_sha256(moved, "rs_a") == verifier_sha256(CONFIG, "rs_a")
     changed = {**CONFIG, "rs_a": {"resources_servers": {"mcqa": {"grading_mode": "y"}}}}
     assert verifier_sha256(changed, "rs_a") != verifier_sha256(CONFIG, "rs_a")
+
+
+@pytest.mark.parametrize("window", [64, 1000, 4 * 2**20])
+def test_the_output_is_sorted_from_windows_of_the_file(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, window: int
+) -> None:
+    """Rows appended near their sorted place, some far from it, the last without a newline, after
+    an --append prefix that stays first as it was: one stable sorted rewrite, whatever the window."""
+    import json
+    import random
+
+    from gymflow.reverify import _finish
+
+    monkeypatch.setattr(_finish, "_WINDOW", window)
+    monkeypatch.setattr(_finish, "_WINDOW_BEFORE", window // 4)
+    monkeypatch.setattr(_finish, "_PIECE", 500)
+    rng = random.Random(3)
+    keys = [(task, rollout) for task in range(60) for rollout in range(3)]
+    order = sorted(range(len(keys)), key=lambda i: i + rng.randint(0, 20))  # near their place
+    order[5], order[-5] = order[-5], order[5]  # and two far from it
+    rows = [
+        {"_ng_task_index": keys[i][0], "_ng_rollout_index": keys[i][1], "pad": "x" * rng.randint(0, 90)}
+        for i in order
+    ]
+    rows.append({"_ng_task_index": 0, "_ng_rollout_index": 0, "pad": "duplicate key keeps its place"})
+    prefix = b'{"kept": "before"}\n{"_ng_task_index": 99, "_ng_rollout_index": 0}\n'
+    body = b"".join(json.dumps(row).encode() + b"\n" for row in rows).rstrip(b"\n")
+    path = tmp_path / "out.jsonl"
+    path.write_bytes(prefix + body)
+    assert _finish._sort_file(str(path), len(prefix)) == len(rows) + 2
+    expected = sorted(rows, key=lambda row: (row["_ng_task_index"], row["_ng_rollout_index"]))  # stable
+    assert path.read_bytes() == prefix + b"".join(json.dumps(row).encode() + b"\n" for row in expected)
