@@ -48,11 +48,6 @@ class ReverifyOutcome:
     unsafe_servers: list[str] = field(default_factory=list)
 
 
-_WINDOW = 4 * 2**20
-_WINDOW_BEFORE = 2**20
-_PIECE = 2**20
-
-
 def _sort_file(path: str, start: int = 0, collected: Collected | None = None) -> int:
     """Rewrite a local JSONL file in key order (stable, blank lines dropped); the row count. The
     digest of a rewritten file is kept for the provenance record (:func:`provenance.remember`).
@@ -91,25 +86,9 @@ def _sort_file(path: str, start: int = 0, collected: Collected | None = None) ->
                     break
                 done += len(block)
                 yield block
-            # Rows were appended as they completed, near their sorted place: each is sliced from a
-            # window of the file read around it (one read per window, not one per row), and the
-            # sorted rows leave in pieces of about _PIECE bytes.
-            window, window_start = b"", 0
-            piece = bytearray()
             for _, begin, length in ordered:
-                at = begin - window_start
-                if at < 0 or at + length > len(window):
-                    window_start = max(start, begin - _WINDOW_BEFORE)
-                    window = os.pread(fd, max(_WINDOW, begin - window_start + length), window_start)
-                    at = begin - window_start
-                piece += window[at : at + length]
-                if piece[-1:] != b"\n":
-                    piece += b"\n"
-                if len(piece) >= _PIECE:
-                    yield bytes(piece)
-                    piece.clear()
-            if piece:
-                yield bytes(piece)
+                data = os.pread(fd, length, begin)
+                yield data if data.endswith(b"\n") else data + b"\n"
 
     sha256, size = storage.write_atomic_lines(path, lines())
     provenance.remember(path, provenance.FileDigest(storage.to_uri(path), sha256, size))
