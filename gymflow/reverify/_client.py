@@ -25,12 +25,14 @@ for a single row.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import functools
 import random
 import ssl
 import sys
+import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
@@ -45,6 +47,7 @@ __all__ = [
     "ClientSettings",
     "Request",
     "Result",
+    "Stream",
     "TransportFactory",
     "failure_fields",
     "secure",
@@ -56,6 +59,7 @@ TransportFactory = Callable[[int], httpx.AsyncBaseTransport]
 """Builds the transport of one client, given the pool size."""
 
 T = TypeVar("T")
+R = TypeVar("R")
 
 _RETRIED = frozenset({429} | set(range(500, 600)))
 _HEADERS = httpx.Headers({"content-type": "application/json"})
@@ -349,19 +353,71 @@ async def verify_stream(
     ``on_result`` cancels the requests in flight and propagates. ``tls``: whether any item may
     post to an ``https`` URL (:func:`secure`)."""
     workers = max(1, min(settings.concurrency, pool if pool is not None else settings.concurrency))
-    iterator = iter(items)
-    if transport is not None:
-        async with transport(workers) as sent:
-            await _drive(iterator, _HttpxSender(sent, settings.timeout_s), settings, on_result, workers)
-        return
     async with AsyncExitStack() as stack:
-        if tls:
-            session = await stack.enter_async_context(_aiohttp_session(workers, tls))
-            await _drive(iterator, _AiohttpSender(session), settings, on_result, workers)
-        else:
-            wire = _WireSender(stack, workers)
-            stack.callback(wire.pool.close)
-            await _drive(iterator, wire, settings, on_result, workers)
+        sender = await _sender(stack, settings, transport, workers, tls)
+        await _drive(iter(items), sender, settings, on_result, workers)
+
+
+async def _sender(
+    stack: AsyncExitStack,
+    settings: ClientSettings,
+    transport: TransportFactory | None,
+    workers: int,
+    tls: bool,
+) -> _Sender:
+    """The sender of a stream of ``workers`` requests in flight, closed with ``stack``."""
+    if transport is not None:
+        sent = await stack.enter_async_context(transport(workers))
+        return _HttpxSender(sent, settings.timeout_s)
+    if tls:
+        session = await stack.enter_async_context(_aiohttp_session(workers, tls))
+        return _AiohttpSender(session)
+    wire = _WireSender(stack, workers)
+    stack.callback(wire.pool.close)
+    return wire
+
+
+class Stream:
+    """One event loop, on a thread of its own, and one sender (its connections kept alive) for
+    batches verified one after another, as the Prefect path's tasks verify theirs: no batch starts
+    a loop and opens its connections anew. :meth:`verify` is :func:`verify_stream` on it; a
+    ``with`` block closes it."""
+
+    def __init__(self, settings: ClientSettings, transport: TransportFactory | None, tls: bool) -> None:
+        self._settings = settings
+        factory = _loop_factory()
+        self._loop = factory() if factory is not None else asyncio.new_event_loop()
+        self._stack = AsyncExitStack()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="gymflow-verify", daemon=True)
+        self._thread.start()
+        workers = max(1, settings.concurrency)
+        self._workers = workers
+        self._sender = self._call(_sender(self._stack, settings, transport, workers, tls))
+
+    def _call(self, coroutine: Coroutine[Any, Any, R]) -> R:
+        future = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
+        try:
+            return future.result()
+        except BaseException:
+            future.cancel()
+            concurrent.futures.wait([future])
+            raise
+
+    def verify(self, items: Iterable[tuple[T, Request]], on_result: Callable[[T, Result], None]) -> None:
+        """POST every request of ``items`` on the stream's loop (``on_result`` is called there),
+        waiting until the last has its outcome."""
+        self._call(_drive(iter(items), self._sender, self._settings, on_result, self._workers))
+
+    def __enter__(self) -> Stream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self._call(self._stack.aclose())
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join()
+            self._loop.close()
 
 
 def _aiohttp_session(workers: int, tls: bool) -> Any:

@@ -27,7 +27,7 @@ import httpx
 from gymflow import lineage, provenance
 from gymflow.errors import GymflowError
 from gymflow.executor import Executor, LocalExecutor, Step
-from gymflow.reverify._client import TransportFactory
+from gymflow.reverify._client import Stream, TransportFactory, secure
 from gymflow.reverify._finish import COMMAND, ReverifyOutcome, finish
 from gymflow.reverify._options import ReverifyOptions
 from gymflow.reverify._plan import Echo, ReverifyPlan, Routed, prepare
@@ -57,6 +57,8 @@ class BatchJob:
     on_row: OnRow
     keys: tuple[tuple[str, str], ...] = ()
     """Each row's server and content key: a cached batch, whose result holds its rows."""
+    stream: Stream | None = None
+    """The run's loop and connections, shared by its batches (None: the batch opens its own)."""
 
 
 class FailedRows(GymflowError):
@@ -70,7 +72,7 @@ class FailedRows(GymflowError):
 
 
 def _verify(job: BatchJob) -> BatchResult:
-    result = verify_batch(job.plan, job.rows, job.on_row, job.count, keep=bool(job.keys))
+    result = verify_batch(job.plan, job.rows, job.on_row, job.count, keep=bool(job.keys), stream=job.stream)
     if result.failures:
         raise FailedRows(result, job.count)
     return result
@@ -219,12 +221,15 @@ def _verify_all(plan: ReverifyPlan, executor: Executor, echo: Echo, progress: Pr
         run(BatchJob(plan, plan.rows(), total, on_row))
         return
     # Batches of the work list: a batch's cache key needs only its rows' content keys, and its rows
-    # are read and built as its requests go out (no pause to read the next batch first).
+    # are read and built as its requests go out (no pause to read the next batch first), on one
+    # loop and one set of connections for the whole run.
     sources = plan.sources()
-    for start in range(0, total, BATCH_ROWS):
-        works = plan.work[start : start + BATCH_ROWS]
-        pulled = itertools.islice(sources, len(works))
-        rows = (plan.routed(work, line) for work, line in pulled)
-        run(BatchJob(plan, rows, len(works), on_row, tuple((w.server, w.reverify_key) for w in works)))
-        for _ in pulled:  # a batch found in the result store read none of its rows
-            pass
+    with Stream(plan.settings, plan.transport, secure(plan.urls.values())) as stream:
+        for start in range(0, total, BATCH_ROWS):
+            works = plan.work[start : start + BATCH_ROWS]
+            pulled = itertools.islice(sources, len(works))
+            rows = (plan.routed(work, line) for work, line in pulled)
+            keys = tuple((w.server, w.reverify_key) for w in works)
+            run(BatchJob(plan, rows, len(works), on_row, keys, stream))
+            for _ in pulled:  # a batch found in the result store read none of its rows
+                pass

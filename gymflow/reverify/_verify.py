@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 
-from gymflow.reverify._client import Request, Result, failure_fields, run, secure, verify_stream
+from gymflow.reverify._client import Request, Result, Stream, failure_fields, run, secure, verify_stream
 from gymflow.reverify._plan import Echo, ReverifyPlan, Routed
 from gymflow.reverify._results import Destination, alarm_line, answer_problem, classify, stamp
 
@@ -98,13 +98,15 @@ def verify_batch(
     count: int | None = None,
     *,
     keep: bool = True,
+    stream: Stream | None = None,
 ) -> BatchResult:
     """Verify ``batch`` (at most ``--concurrency`` requests in flight, per-row retries inside),
     pulling its rows lazily (``count``: how many, when ``batch`` is not a sequence).
 
     Runs its own event loop, so it may be called from a worker thread. Nothing is written here;
     ``on_row`` is called in the loop as each row completes. Without ``keep`` the result holds no
-    row (a run that records each row as it completes and caches no batch: memory stays flat)."""
+    row (a run that records each row as it completes and caches no batch: memory stays flat).
+    With a ``stream`` the batch is verified on its loop and connections, not on its own."""
     result = BatchResult()
 
     def on_result(routed: Routed, outcome: Result) -> None:
@@ -122,7 +124,9 @@ def verify_batch(
             on_row(destination, row, line)
 
     size = count if count is not None else len(batch)  # type: ignore[arg-type]
-    if size:
+    if size and stream is not None:
+        stream.verify(requests_of(batch), on_result)
+    elif size:
         tls = secure(plan.urls.values())
         run(verify_stream(requests_of(batch), plan.settings, on_result, plan.transport, pool=size, tls=tls))
     return result
