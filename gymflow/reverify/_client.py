@@ -30,7 +30,6 @@ import functools
 import random
 import ssl
 import sys
-import threading
 import time
 from collections.abc import Callable, Coroutine, Iterable, Iterator, Sequence
 from contextlib import AsyncExitStack
@@ -40,6 +39,7 @@ from typing import Any, Protocol, TypeVar
 import httpx
 import orjson
 
+from gymflow import threads
 from gymflow.reverify import _wire
 from gymflow.reverify._classes import FailureClass
 
@@ -388,11 +388,16 @@ class Stream:
         factory = _loop_factory()
         self._loop = factory() if factory is not None else asyncio.new_event_loop()
         self._stack = AsyncExitStack()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="gymflow-verify", daemon=True)
-        self._thread.start()
+        # In a copy of this context: the rows, read as their requests go out, are read with the
+        # run's storage options.
+        self._thread = threads.start(self._loop.run_forever, name="gymflow-verify")
         workers = max(1, settings.concurrency)
         self._workers = workers
-        self._sender = self._call(_sender(self._stack, settings, transport, workers, tls))
+        try:
+            self._sender = self._call(_sender(self._stack, settings, transport, workers, tls))
+        except BaseException:
+            self._stop()
+            raise
 
     def _call(self, coroutine: Coroutine[Any, Any, R]) -> R:
         future = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
@@ -415,9 +420,12 @@ class Stream:
         try:
             self._call(self._stack.aclose())
         finally:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join()
-            self._loop.close()
+            self._stop()
+
+    def _stop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join()
+        self._loop.close()
 
 
 def _aiohttp_session(workers: int, tls: bool) -> Any:

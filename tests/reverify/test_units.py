@@ -185,3 +185,35 @@ def test_the_output_is_sorted_stably_after_the_append_prefix(tmp_path: Any) -> N
     assert _finish._sort_file(str(path), len(prefix)) == len(rows) + 2
     expected = sorted(rows, key=lambda row: (row["_ng_task_index"], row["_ng_rollout_index"]))  # stable
     assert path.read_bytes() == prefix + b"".join(json.dumps(row).encode() + b"\n" for row in expected)
+
+
+def test_a_stream_verifies_batch_after_batch_on_one_loop_in_its_starters_context() -> None:
+    """The Prefect path's batches share one loop and sender (reverify._client.Stream); the rows
+    are built there, in the context of the run that started it (its storage options)."""
+    import contextvars
+    import threading
+
+    from gymflow.reverify._client import Stream
+
+    run_setting: contextvars.ContextVar[str] = contextvars.ContextVar("run_setting", default="unset")
+    run_setting.set("the run's")
+    transports: list[int] = []
+
+    def transport(size: int) -> httpx.AsyncBaseTransport:
+        transports.append(size)
+        return httpx.MockTransport(lambda request: httpx.Response(200, json={"reward": 1.0}))
+
+    seen: list[tuple[int, str, str]] = []
+
+    def items(start: int) -> Any:
+        for i in range(start, start + 5):
+            seen.append((i, run_setting.get(), threading.current_thread().name))
+            yield i, Request(f"http://rs.test/{i}/verify", b"{}")
+
+    results: dict[int, Result] = {}
+    with Stream(FAST, transport, tls=False) as stream:
+        stream.verify(items(0), results.__setitem__)
+        stream.verify(items(5), results.__setitem__)
+    assert sorted(results) == list(range(10)) and all(r.answer == {"reward": 1.0} for r in results.values())
+    assert transports == [FAST.concurrency]  # one sender for both batches
+    assert {(setting, thread) for _, setting, thread in seen} == {("the run's", "gymflow-verify")}
