@@ -3,6 +3,7 @@ the caller's directory beyond RUN_ITEMS and read back one batch at a time."""
 
 from __future__ import annotations
 
+import io
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,3 +47,13 @@ def test_the_order_of_sorted(
 def test_nothing_is_written_below_a_run(tmp_path: Path) -> None:
     assert list(spill.sorted_spilled([3, 1, 2], str(tmp_path))) == [1, 2, 3]
     assert not list(tmp_path.iterdir())
+
+
+def test_batches_held_in_memory_are_compressed_and_read_back() -> None:
+    items = [(index, f"row {index % 7}", None, 2**70) for index in range(10_000)]
+    held = spill.pack_batches(items, 512)
+    assert list(spill.unpack_batches(held)) == items
+    plain = io.BytesIO()
+    spill.dump_batches(items, plain, 512)
+    assert len(held) < len(plain.getvalue()) / 3
+    assert list(spill.unpack_batches(spill.pack_batches([]))) == []

@@ -69,7 +69,7 @@ def _shard_key(work: ShardWork) -> str:
         "options": work.options.parameters(),
         "shard": storage.to_uri(work.shard),
         "index": work.index,
-        "result": 2,  # ShardPart's layout (packed rows, typed columns): results of an older one do not load
+        "result": 3,  # ShardPart's layout (rows as compressed runs): results of an older one do not load
     }
     if not storage.is_local(work.shard):
         settings["spool_dir"] = work.spool_dir  # the spooled copy lives for one run only

@@ -12,7 +12,6 @@ batches of plain tuples (a row costs some tens of bytes there); reading keeps on
 from __future__ import annotations
 
 import heapq
-import io
 import os
 import tempfile
 import weakref
@@ -22,7 +21,7 @@ from typing import Any
 from gymflow import scratch
 from gymflow.aggregate._rows import RowFacts, shared_names
 from gymflow.aggregate._scan import ScanRow, ShardScan
-from gymflow.spill import BatchWriter, dump_batches, load_batches, read_batches
+from gymflow.spill import BatchWriter, pack_batches, read_batches, unpack_batches
 
 __all__ = [
     "GroupStore", "merge_order", "pack_run", "read_run", "shard_rows", "sort_key", "spiller", "write_run",
@@ -69,14 +68,12 @@ def write_run(path: str, rows: list[ScanRow]) -> None:
 def pack_run(rows: list[ScanRow]) -> bytes:
     """``rows`` (one shard's, in line order) sorted by key (stable), as the bytes of a run file."""
     rows.sort(key=sort_key)
-    handle = io.BytesIO()
-    dump_batches([_run_item(row) for row in rows], handle, _BATCH)
-    return handle.getvalue()
+    return pack_batches([_run_item(row) for row in rows], _BATCH)
 
 
 def read_run(run: str | bytes) -> Iterator[ScanRow]:
     """The rows of a run: a local file, or its bytes."""
-    items = load_batches(io.BytesIO(run)) if isinstance(run, bytes) else read_batches(run)
+    items = unpack_batches(run) if isinstance(run, bytes) else read_batches(run)
     for item in items:
         yield ScanRow.placed(_facts(item[:9]), item[9], item[10], item[11], item[12])
 

@@ -248,7 +248,7 @@ def _range_key(work: RangeWork) -> str:
         "range": [where.source_index, where.start, where.end],
         "ignored": sorted(work.ignored),
         "gymflow": __version__,
-        "result": 2,  # RangeResult holds sorted entries and the rows to place
+        "result": 3,  # RangeResult holds sorted entries and the rows to place, compressed
     }
     return "health-range-" + provenance.cache_key("health-range", parts, []).removeprefix("sha256:")
 

@@ -20,7 +20,7 @@ import orjson
 
 from gymflow.health._evaluate import RowResult, is_blank, loads, read_identity
 from gymflow.health._vocabulary import CheckId, Finding, Identity, Verdict, VerdictRow
-from gymflow.spill import dump_batches, load_batches, read_batches
+from gymflow.spill import dump_batches, pack_batches, packed, read_batches, unpack_batches
 
 __all__ = [
     "Entry",
@@ -187,7 +187,7 @@ class SortedRun:
         if self.held is not None:
             return iter(self.held)
         if self.packed is not None:
-            return load_batches(io.BytesIO(self.packed))
+            return unpack_batches(self.packed)
         assert self.path is not None
         return read_batches(self.path)
 
@@ -195,9 +195,11 @@ class SortedRun:
 def write_batches(items: Sequence[Any], path: str | None) -> bytes:
     """Write ``items`` to the local file ``path``, or (``path=None``) pack them into the bytes
     returned."""
-    with io.BytesIO() if path is None else open(path, "wb") as handle:
+    if path is None:
+        return pack_batches(items, BATCH)
+    with open(path, "wb") as handle:
         dump_batches(items, handle, BATCH)
-        return handle.getvalue() if isinstance(handle, io.BytesIO) else b""
+    return b""
 
 
 class RowWriter:
@@ -233,7 +235,7 @@ class RowWriter:
         try:
             self._flush()
             if isinstance(self._handle, io.BytesIO):
-                self.packed = self._handle.getvalue()
+                self.packed = packed(self._handle.getvalue())  # the module's function
         finally:
             assert self._handle is not None
             self._handle.close()
@@ -246,7 +248,7 @@ def read_spilled_rows(path: str) -> Iterator[RowResult]:
 
 def unpack_rows(packed: bytes) -> Iterator[RowResult]:
     """The rows a :class:`RowWriter` packed, one at a time."""
-    return load_batches(io.BytesIO(packed))
+    return unpack_batches(packed)
 
 
 def sort_rows(
