@@ -185,6 +185,20 @@ def _bad(name: str, value: Any) -> NoReturn:
     fail(name, f"wrong type: {value!r}")
 
 
+def _str_field(line: Obj, name: str) -> Any:
+    """``line[name]``: a string or absent; anything else is refused."""
+    value = line.get(name)
+    if value is not None and type(value) is not str:
+        _bad(name, value)
+    return value
+
+
+def _float_field(line: Obj, name: str) -> Any:
+    """``line[name]`` as it is when a float or absent, else through pydantic's lax float rule."""
+    value = line.get(name)
+    return value if value is None or type(value) is float else lax_float(value, name)
+
+
 def build_record(line: Obj, position: int, *, payloads: bool = True) -> Obj:
     """The ``ModelCallRecord`` of a parsed capture line at non-blank position ``position``.
 
@@ -201,9 +215,7 @@ def build_record(line: Obj, position: int, *, payloads: bool = True) -> Obj:
         response.get("usage")
     )
     tools, reasoning_text = _tools_and_reasoning(response) if response else ([], None)
-    call_id = get("model_call_id")
-    if call_id is not None and type(call_id) is not str:
-        _bad("model_call_id", call_id)
+    call_id = _str_field(line, "model_call_id")
     ref = get("model_ref")
     if ref is not None:
         if not (
@@ -213,27 +225,15 @@ def build_record(line: Obj, position: int, *, payloads: bool = True) -> Obj:
             and type(ref.get("name")) is str
         ):
             ref = ModelServerRef.model_validate(ref).model_dump()
-    dialect = get("dialect")
-    if dialect is not None and type(dialect) is not str:
-        _bad("dialect", dialect)
+    dialect = _str_field(line, "dialect")
     status_code = get("status_code")
     if status_code is not None and type(status_code) is not int:
         status_code = lax_int(status_code, "status_code")
-    started = get("started_at")
-    if started is not None and type(started) is not float:
-        started = lax_float(started, "started_at")
-    completed = get("completed_at")
-    if completed is not None and type(completed) is not float:
-        completed = lax_float(completed, "completed_at")
-    latency = get("latency_ms")
-    if latency is not None and type(latency) is not float:
-        latency = lax_float(latency, "latency_ms")
-    ttft = get("latency_ttft_ms")
-    if ttft is not None and type(ttft) is not float:
-        ttft = lax_float(ttft, "latency_ttft_ms")
-    category = get("error_category")
-    if category is not None and type(category) is not str:
-        _bad("error_category", category)
+    started = _float_field(line, "started_at")
+    completed = _float_field(line, "completed_at")
+    latency = _float_field(line, "latency_ms")
+    ttft = _float_field(line, "latency_ttft_ms")
+    category = _str_field(line, "error_category")
     response_id = response.get("id")
     session = get("client_session_id")
     model = response.get("model") or request.get("model")

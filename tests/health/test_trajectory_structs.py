@@ -7,7 +7,6 @@ every JSON type: whatever the fast path accepts, pydantic accepts with equal val
 
 from __future__ import annotations
 
-import copy
 import json
 import types
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
@@ -18,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from gymflow.evidence import TrajectoryRecord, structs
 from gymflow.evidence.structs import STRUCTS, convert_trajectory
+from tests.value_paths import with_value_at
 
 _PROBES: list[Any] = [
     None, True, False, 0, 1, -1, 2, 1.0, 1.5, -0.5, "", "s", "1", "yes", "responses_api_models",
@@ -122,11 +122,7 @@ def test_every_field_takes_only_what_pydantic_takes_with_equal_values() -> None:
     accepted_somewhere = set()
     for path in paths:
         for probe in probes:
-            raw = copy.deepcopy(sample)
-            parent: Any = raw
-            for step in path[:-1]:
-                parent = parent[step]
-            parent[path[-1]] = copy.deepcopy(probe)
+            raw = with_value_at(sample, path, probe)
             fast = convert_trajectory(raw)
             if fast is None:
                 continue

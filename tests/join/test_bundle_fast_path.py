@@ -4,7 +4,6 @@ path accepts only what pydantic accepts, with equal dumps, and anything else rai
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import orjson
@@ -13,6 +12,7 @@ from pydantic import ValidationError
 
 from gymflow.evidence import AgentObservationBundle
 from gymflow.evidence.observations import _fast_dump, dump_bundle
+from tests.value_paths import with_value_at
 
 _PROBES: list[Any] = [
     None, True, False, 0, 1, -1, 1.0, 1.5, -0.5, 2**70, "", "s", "1", "completed", "unknown", "agent",
@@ -119,11 +119,7 @@ def test_every_value_the_fast_path_takes_pydantic_takes_with_an_equal_dump() -> 
     accepted = set()
     for path in paths:
         for probe in _PROBES:
-            raw = copy.deepcopy(sample)
-            parent: Any = raw
-            for step in path[:-1]:
-                parent = parent[step]
-            parent[path[-1]] = copy.deepcopy(probe)
+            raw = with_value_at(sample, path, probe)
             try:
                 fast = orjson.dumps(_fast_dump(raw))
             except Exception:  # noqa: BLE001 - declined: the exact path decides
