@@ -20,9 +20,11 @@ from gymflow.errors import InputError
 from gymflow.executor import Executor, LocalExecutor, Step
 from gymflow.join._file_join import (
     PartAppender,
+    capture_listing,
     concatenate_parts,
     current_key,
     finish,
+    hash_captures,
     join_range,
     missing_capture_warning,
     part_urls,
@@ -60,10 +62,23 @@ def _concatenate(job: tuple[JoinSettings, list[str]]) -> provenance.FileDigest:
     return concatenate_parts(*job)
 
 
-def _finish(
-    job: tuple[JoinSettings, JoinStats, provenance.FileDigest, provenance.FileDigest, RunContext, str],
-) -> str:
+FinishJob = tuple[
+    JoinSettings,
+    JoinStats,
+    provenance.FileDigest,
+    provenance.FileDigest,
+    list[provenance.FileDigest],
+    RunContext,
+    str,
+]
+
+
+def _finish(job: FinishJob) -> str:
     return finish(*job)
+
+
+CAPTURES_PER_HASH: Final = 1000
+"""Unread capture files hashed by one item of the hashing step (spread over the workers)."""
 
 
 HASH_ROLLOUTS: Step[str, provenance.FileDigest] = Step("hash-rollouts", provenance.digest, io=True)
@@ -71,7 +86,20 @@ JOIN_RANGE: Step[RangeJob, JoinStats] = Step("join-range", _join, io=True, cpu=T
 CONCATENATE: Step[tuple[JoinSettings, list[str]], provenance.FileDigest] = Step(
     "concatenate-parts", _concatenate, io=True
 )
+HASH_CAPTURES: Step[list[tuple[str, str]], list[provenance.FileDigest]] = Step(
+    "hash-unread-captures", hash_captures, io=True, cpu=True
+)
 WRITE_PROVENANCE = Step("write-provenance", _finish, io=True)
+
+
+def _unread_captures(
+    located: JoinSettings, stats: JoinStats, executor: Executor
+) -> list[provenance.FileDigest]:
+    """The digests of the capture files no row read (the cache key names every file of the
+    directory), hashed in chunks by the executor's workers."""
+    listed = capture_listing(located, skip={d.uri for d in stats.files_read})
+    chunks = [listed[i : i + CAPTURES_PER_HASH] for i in range(0, len(listed), CAPTURES_PER_HASH)]
+    return [d for digests in executor.map(HASH_CAPTURES, chunks) for d in digests] if chunks else []
 
 
 def run_join(
@@ -180,7 +208,8 @@ def _run(
     finally:
         if not single:
             remove_parts(parts)
+    unread = _unread_captures(located, stats, executor)
     rollouts = executor.call(HASH_ROLLOUTS, located.rollouts)
-    job = (settings, stats, rollouts, output, ctx, started_at)
+    job: FinishJob = (settings, stats, rollouts, output, unread, ctx, started_at)
     record_url = executor.call(WRITE_PROVENANCE, job)
     return JoinResult(settings, stats.summary(), record_url, warnings, list(stats.errors))

@@ -13,7 +13,7 @@ import itertools
 import logging
 import os
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 from typing import Any, Final
 
 import orjson
@@ -30,8 +30,10 @@ from gymflow.storage_faults import guard
 
 __all__ = [
     "cache_key",
+    "capture_listing",
     "concatenate_parts",
     "finish",
+    "hash_captures",
     "join_lines",
     "join_range",
     "missing_capture_warning",
@@ -157,13 +159,18 @@ def missing_capture_warning(settings: JoinSettings) -> list[str]:
 
 
 BYTES_PER_RANGE: Final = 32 * 2**20
+MIN_RANGE_BYTES: Final = 2**20
+RANGES_PER_WORKER: Final = 4
 MAX_RANGES: Final = 256
 
 
 def plan_ranges(settings: JoinSettings, workers: int) -> list[tuple[int, int]]:
-    """Byte ranges of the rollouts file: at least one per worker, about 32 MiB each, at most 256."""
+    """Byte ranges of the rollouts file: about 32 MiB each, but at least four per worker (of at
+    least 1 MiB), so the workers finish close together and the last range's part, appended after
+    every worker is done, is small; at most 256."""
     total = storage.size(settings.rollouts)
-    parts = max(workers, min(MAX_RANGES, -(-total // BYTES_PER_RANGE)), 1)
+    balanced = min(workers * RANGES_PER_WORKER, total // MIN_RANGE_BYTES)
+    parts = max(workers, balanced, min(MAX_RANGES, -(-total // BYTES_PER_RANGE)), 1)
     return storage.split_ranges(settings.rollouts, parts)
 
 
@@ -262,14 +269,21 @@ class PartAppender:
         return self.digest.hexdigest(), self.size
 
 
-def capture_listing(settings: JoinSettings) -> Iterator[tuple[str, str]]:
-    """``(record URI, readable URL)`` of every capture file and marker in the directory, sorted
-    (made one at a time: a store may hold a file per rollout)."""
+def capture_listing(settings: JoinSettings, skip: Container[str] = ()) -> list[tuple[str, str]]:
+    """``(record URI, readable URL)`` of every capture file and marker in the directory whose
+    URI is not in ``skip`` (those a join read), sorted by name."""
     if settings.capture_dir is None:
-        return
+        return []
     store = CaptureStore(settings.capture_dir)
-    for name in sorted(store.list_names() or ()):
-        yield store.uri(name), store.url(name)
+    base = store.uri("")
+    return [
+        (base + name, store.url(name)) for name in sorted(store.list_names() or ()) if base + name not in skip
+    ]
+
+
+def hash_captures(entries: Sequence[tuple[str, str]]) -> list[provenance.FileDigest]:
+    """The digests of listed capture entries (``capture_listing``), in their order."""
+    return [_listed_digest(uri, url) for uri, url in entries]
 
 
 def _capture_role(uri: str) -> str:
@@ -307,9 +321,7 @@ def _listed_digest(uri: str, url: str) -> provenance.FileDigest:
 def current_key(settings: JoinSettings) -> str:
     """Hash the inputs as they are now and return their cache key (for the up-to-date check)."""
     rollouts_sha, _ = storage.sha256(settings.rollouts)
-    return cache_key(
-        settings, rollouts_sha, [_listed_digest(uri, url) for uri, url in capture_listing(settings)]
-    )
+    return cache_key(settings, rollouts_sha, hash_captures(capture_listing(settings)))
 
 
 def finish(
@@ -317,16 +329,17 @@ def finish(
     stats: JoinStats,
     rollouts: provenance.FileDigest,
     output: provenance.FileDigest,
+    unread: Sequence[provenance.FileDigest],
     ctx: RunContext,
     started_at: str,
 ) -> str:
     """Write the provenance record (last, after the output); return its URL.
 
-    Inputs: the rollouts file and every capture file read; capture files in the directory that no
-    row read are hashed too, for the cache key only.
+    Inputs: the rollouts file and every capture file read; ``unread`` (the capture files in the
+    directory that no row read, :func:`capture_listing` skipping those read) count for the cache
+    key only.
     """
     read = {d.uri: d for d in stats.files_read}
-    unread = (_listed_digest(uri, url) for uri, url in capture_listing(settings) if uri not in read)
     key = cache_key(settings, rollouts.sha256, itertools.chain(read.values(), unread))
     record = provenance.build_record(
         command=COMMAND,

@@ -14,7 +14,7 @@ from gymflow import provenance, storage
 from gymflow.cli import main
 from gymflow.errors import InputError
 from gymflow.evidence import validate_trajectory
-from gymflow.join import default_output, resolve_settings, run_join
+from gymflow.join import current_key, default_output, resolve_settings, run_join
 from tests.asset_events import asset_events
 from tests.join.helpers import L, bundle, inv, jsonl, ref, row
 
@@ -76,6 +76,27 @@ def test_parallel_direct_join_writes_the_same_bytes(raw_run: Path, tmp_path: Pat
     with pytest.raises(InputError, match="not a JSON object"):
         run_join(resolve_settings(str(raw_run)), workers=2, parallel_min_bytes=0)
     assert not (raw_run / "rollouts_joined.jsonl").exists()
+
+
+def test_capture_files_no_row_reads_count_for_the_cache_key_only(
+    raw_run: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Files no row reads are hashed by the workers in chunks (three here), left out of the
+    record's inputs, and a change to one of them makes the join run again."""
+    monkeypatch.setattr("gymflow.join._command.CAPTURES_PER_HASH", 2)
+    calls = raw_run / "model-calls"
+    for i in range(5):
+        (calls / f"9{i}-0.capture.jsonl").write_bytes(jsonl(L(f"extra-{i}")))
+    settings = resolve_settings(str(raw_run))
+    first = run_join(settings, workers=2, parallel_min_bytes=0)
+    record = provenance.read_record(first.record_url)
+    assert record is not None
+    listed = {item["uri"].rsplit("/", 1)[1] for item in record["inputs"]}
+    assert "0-0.capture.jsonl" in listed and not any(name.startswith("9") for name in listed)
+    assert record["cache_key"] == current_key(settings)  # every file of the directory, hashed here
+    assert run_join(settings, workers=2, parallel_min_bytes=0).up_to_date
+    (calls / "93-0.capture.jsonl").write_bytes(jsonl(L("changed")))
+    assert not run_join(settings, workers=2, parallel_min_bytes=0).up_to_date
 
 
 def test_provenance_lists_every_capture_file_read(raw_run: Path) -> None:
