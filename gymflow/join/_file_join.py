@@ -159,18 +159,16 @@ def missing_capture_warning(settings: JoinSettings) -> list[str]:
 
 
 BYTES_PER_RANGE: Final = 32 * 2**20
-MIN_RANGE_BYTES: Final = 2**20
-RANGES_PER_WORKER: Final = 4
 MAX_RANGES: Final = 256
 
 
 def plan_ranges(settings: JoinSettings, workers: int) -> list[tuple[int, int]]:
-    """Byte ranges of the rollouts file: about 32 MiB each, but at least four per worker (of at
-    least 1 MiB), so the workers finish close together and the last range's part, appended after
-    every worker is done, is small; at most 256."""
+    """Byte ranges of the rollouts file: at least one per worker, about 32 MiB each, at most 256.
+
+    (More, smaller ranges balance the workers better, but each lists the capture directory and
+    adds a part file: four per worker cost a 20,000-row join 0.6 s more CPU than they saved.)"""
     total = storage.size(settings.rollouts)
-    balanced = min(workers * RANGES_PER_WORKER, total // MIN_RANGE_BYTES)
-    parts = max(workers, balanced, min(MAX_RANGES, -(-total // BYTES_PER_RANGE)), 1)
+    parts = max(workers, min(MAX_RANGES, -(-total // BYTES_PER_RANGE)), 1)
     return storage.split_ranges(settings.rollouts, parts)
 
 
