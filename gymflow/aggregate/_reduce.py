@@ -13,9 +13,10 @@ from typing import Any
 
 from gymflow.aggregate._metrics import group_metrics
 from gymflow.aggregate._rows import RowFacts, ScoreSpec, extract
-from gymflow.aggregate._scan import NO_AGENT, GroupRef, ScanRow, ShardScan, paused_gc
+from gymflow.aggregate._scan import NO_AGENT, GroupRef, ScanRow, ShardScan
 from gymflow.aggregate._sidecars import ShardSidecars
 from gymflow.aggregate._spill import GroupStore, merge_order, shard_rows
+from gymflow.collector import paused_gc
 from gymflow.errors import InputError
 from gymflow.perf_summary import PerfAccumulator
 

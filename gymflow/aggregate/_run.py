@@ -18,11 +18,12 @@ from gymflow.aggregate._merge import write_merged
 from gymflow.aggregate._metrics_reading import read_metrics_file
 from gymflow.aggregate._metrics_writing import metrics_bytes, write_metrics
 from gymflow.aggregate._reduce import Coverage, ReduceSettings, Reduction, key_metrics_lines, reduce_shards
-from gymflow.aggregate._scan import ShardScan, parse_line, paused_gc, resolve_group, scan_shard
+from gymflow.aggregate._scan import ShardScan, parse_line, resolve_group, scan_shard
 from gymflow.aggregate._select import failures_path, materialized_path, metrics_path
 from gymflow.aggregate._server import ServerSettings, server_entries
 from gymflow.aggregate._sidecars import ShardSidecars, read_sidecars
 from gymflow.aggregate._spill import pack_run, shard_rows, spiller
+from gymflow.collector import paused_gc
 from gymflow.frozen import FrozenDict, freeze
 from gymflow.run_context import RunContext
 

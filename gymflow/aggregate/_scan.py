@@ -12,13 +12,11 @@ sorted order without a second download.
 
 from __future__ import annotations
 
-import gc
 import hashlib
 import os
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
@@ -164,19 +162,6 @@ class ShardScan:
     def source(self) -> str:
         """Local file holding the shard's bytes (the spool for remote shards)."""
         return self.spool if self.spool is not None else self.url
-
-
-@contextmanager
-def paused_gc() -> Iterator[None]:
-    """Pause the cyclic garbage collector: rows allocate many small objects and form no cycles,
-    so repeated collections would only re-traverse everything kept so far."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def parse_line(url: str, line_number: int, text: bytes) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import PurePath
 
 from gymflow import scratch, storage
+from gymflow.collector import paused_gc
 from gymflow.errors import InputError, UsageError
 from gymflow.executor import Executor, Step
 from gymflow.health._evaluate import RowResult, RunStats, evaluate_line, is_blank
@@ -137,7 +138,7 @@ def evaluate_range(
     stats = RunStats()
     physical = count = pending = 0
     entries: list[Entry] = []
-    with RowWriter(None if spill is None else spill + PENDING) as writer:
+    with paused_gc(), RowWriter(None if spill is None else spill + PENDING) as writer:
         for _, line in storage.iter_lines(byte_range.path, byte_range.start, byte_range.end):
             physical += 1
             if not is_blank(line):

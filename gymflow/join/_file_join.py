@@ -19,6 +19,7 @@ from typing import Any, Final
 import orjson
 
 from gymflow import provenance, storage
+from gymflow.collector import paused_gc
 from gymflow.errors import GymflowError, InputError
 from gymflow.join._capture_store import JSONL_SUFFIX, MARKER_SUFFIX, CaptureStore, read_local
 from gymflow.join._row import join_row_outcome
@@ -178,10 +179,11 @@ def join_range(settings: JoinSettings, start: int, end: int, part_url: str) -> J
     store = _store(settings)
     lines = storage.iter_lines(settings.rollouts, start, end)
     joined = join_lines(lines, store, stats, perf=settings.perf, source=settings.rollouts)
-    if settings.output != part_url and storage.is_local(part_url):
-        storage.write_scratch_local(part_url, joined)  # concatenate_parts hashes it
-    else:
-        storage.write_atomic_lines(part_url, joined)
+    with paused_gc():
+        if settings.output != part_url and storage.is_local(part_url):
+            storage.write_scratch_local(part_url, joined)  # concatenate_parts hashes it
+        else:
+            storage.write_atomic_lines(part_url, joined)
     return stats
 
 
