@@ -79,12 +79,14 @@ def read_local(path: str) -> bytes:
             raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
         if not stat.S_ISREG(info.st_mode):
             raise OSError(errno.EINVAL, "not a regular file", path)
-        chunks = []
         want = info.st_size + 1  # one more than its size: a file that grew is read on
-        while chunk := os.read(fd, want):
+        first = os.read(fd, want)
+        if len(first) < want:  # a short read of a regular file is its end: no read to see it
+            return first
+        chunks = [first]
+        while chunk := os.read(fd, storage.LOCAL_CHUNK_SIZE):
             chunks.append(chunk)
-            want = storage.LOCAL_CHUNK_SIZE
-        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        return b"".join(chunks)
     finally:
         os.close(fd)
 
