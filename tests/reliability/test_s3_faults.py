@@ -163,7 +163,9 @@ def _uploading(staging: Path) -> bool:
 @pytest.mark.parametrize("fault", ["stopped", "frozen", "frozen-writing"])
 def test_server_fault_mid_run_is_one_line_within_the_timeouts(tmp_path: Path, moto: Moto, fault: str) -> None:
     writing = fault == "frozen-writing"
-    run_url = _upload_run(moto, tmp_path, rows=3000 if writing else 200, padding=0 if writing else 20000)
+    # 20 MB to read: the fault must come while the run still talks to the server (at 4 MB a
+    # loaded machine could finish the run between two polls for its connection).
+    run_url = _upload_run(moto, tmp_path, rows=3000 if writing else 1000, padding=0 if writing else 20000)
     staging = tmp_path / "staging"
     staging.mkdir()
     variables = {**_config(tmp_path, moto.url), "TMPDIR": str(staging)}
