@@ -43,7 +43,7 @@ FileStatus = Literal["ok", "changed", "missing"]
 OrchestratorKind = Literal["prefect", "direct"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class FileDigest:
     """One file as a record lists it: normalised URI, lowercase hex SHA-256 and size in bytes."""
 
@@ -324,7 +324,8 @@ def build_record(
 
 def write_record(url: str, record: Mapping[str, Any]) -> None:
     """Write ``record`` to ``url`` atomically as indent-2 JSON; call it after every output."""
-    data = orjson.dumps(record, default=_json_default, option=orjson.OPT_INDENT_2) + b"\n"
+    option = orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE  # no second copy to add the newline
+    data = orjson.dumps(record, default=_json_default, option=option)
     storage.write_atomic(url, data)
     logger.info("wrote provenance record %s", storage.to_uri(url))
     _observed(url, record)
