@@ -71,30 +71,29 @@ class Column:
     or all 64-bit integers (``array``), a list of the values themselves once they mix types (or
     hold a boolean or a larger integer); read back, every value is the one added, of its type."""
 
-    __slots__ = ("values",)
+    __slots__ = ("values", "_kind")
 
     def __init__(self) -> None:
         self.values: array[Any] | list[Number] = array("d")
-
-    @staticmethod
-    def _typecode(value: Number) -> str | None:
-        """The array type that holds ``value`` exactly, if one does."""
-        kind = type(value)
-        if kind is float:
-            return "d"
-        if kind is int and -(2**63) <= value < 2**63:
-            return "q"
-        return None
+        self._kind: type | None = None
+        """The type every value has while they are in an array (None: empty, or a list)."""
 
     def append(self, value: Number) -> None:
+        if type(value) is self._kind:
+            try:
+                self.values.append(value)
+                return
+            except OverflowError:  # an integer beyond 64 bits
+                pass
         values = self.values
         if isinstance(values, array):
-            code = self._typecode(value)
-            if code != values.typecode:
-                if code is not None and not values:
-                    values = self.values = array(code)
-                else:
-                    values = self.values = list(values)
+            kind = type(value)
+            if not values and (kind is float or (kind is int and -(2**63) <= value < 2**63)):
+                values = self.values = array("d" if kind is float else "q")
+                self._kind = kind
+            else:
+                values = self.values = list(values)
+                self._kind = None
         values.append(value)
 
     def extend(self, other: Column) -> None:
@@ -103,12 +102,14 @@ class Column:
             return
         if not values:
             self.values = array(more.typecode, more) if isinstance(more, array) else list(more)
+            self._kind = other._kind
         elif isinstance(values, list):
             values.extend(more)
         elif isinstance(more, array) and more.typecode == values.typecode:
             values.extend(more)
         else:
             self.values = [*values, *more]
+            self._kind = None
 
     def __len__(self) -> int:
         return len(self.values)
