@@ -189,6 +189,40 @@ def cache_key(
     return "sha256:" + hashlib.sha256(canonical_json(payload)).hexdigest()
 
 
+def cache_key_of_sorted(
+    command: str,
+    parameters: Mapping[str, Any],
+    inputs: Iterable[tuple[str, str]],
+    verifier: Mapping[str, Any] | None = None,
+) -> str:
+    """:func:`cache_key` of ``inputs`` that come sorted (by role, then SHA-256), hashed as they
+    come: the same key without holding the pairs (a join's million capture files)."""
+    empty: dict[str, Any] = {
+        "schema": SCHEMA,
+        "command": command,
+        "gymflow": __version__,
+        "parameters": redact(parameters),
+        "inputs": [],
+        "verifier": None if verifier is None else redact(verifier),
+    }
+    data = canonical_json(empty)
+    # Keys sorted: command and gymflow come first; a quote inside their strings is escaped, so
+    # the first '"inputs":[]' is the key's own.
+    split = data.index(b'"inputs":[]') + len(b'"inputs":[')
+    sha = hashlib.sha256(data[:split])
+    previous: list[str] | None = None
+    for role, digest in inputs:
+        pair = [str(role), str(digest)]
+        if previous is not None:
+            if pair < previous:
+                raise ValueError(f"inputs out of order: {pair} after {previous}")
+            sha.update(b",")
+        sha.update(orjson.dumps(pair))
+        previous = pair
+    sha.update(data[split:])
+    return "sha256:" + sha.hexdigest()
+
+
 def record_path(primary_output_url: str) -> str:
     """Where the record of ``primary_output_url`` lives: ``<stem>.provenance.json`` beside it."""
     base = storage.name(primary_output_url)
@@ -322,13 +356,44 @@ def build_record(
     }
 
 
-def write_record(url: str, record: Mapping[str, Any]) -> None:
-    """Write ``record`` to ``url`` atomically as indent-2 JSON; call it after every output."""
+def write_record(
+    url: str, record: Mapping[str, Any], more_inputs: Iterable[FileDigest] | None = None
+) -> None:
+    """Write ``record`` to ``url`` atomically as indent-2 JSON; call it after every output.
+
+    ``more_inputs`` are listed after ``record["inputs"]`` (which holds at least one), written as
+    they come: a record of a million inputs without holding them, unless an observer wants the
+    record whole (:func:`observing`)."""
     option = orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE  # no second copy to add the newline
+    if more_inputs is not None and _observer.get() is not None:
+        record = {**record, "inputs": [*record["inputs"], *(d.to_json() for d in more_inputs)]}
+        more_inputs = None
     data = orjson.dumps(record, default=_json_default, option=option)
-    storage.write_atomic(url, data)
+    if more_inputs is None:
+        storage.write_atomic(url, data)
+    else:
+        storage.write_atomic_lines(url, _with_inputs(data, more_inputs))
     logger.info("wrote provenance record %s", storage.to_uri(url))
     _observed(url, record)
+
+
+def _with_inputs(data: bytes, more: Iterable[FileDigest]) -> Iterator[bytes]:
+    """The indent-2 record ``data`` with ``more`` inputs after its inputs, in chunks of about a
+    megabyte: each one rendered as the list renders an item (its lines indented by four)."""
+    start = data.index(b'\n  "inputs": [\n')
+    end = data.index(b"\n  ]", start)  # the list's end: its items' lines are indented deeper
+    yield data[:end]
+    chunk: list[bytes] = []
+    size = 0
+    for digest in more:
+        item = b",\n    " + orjson.dumps(digest, option=orjson.OPT_INDENT_2).replace(b"\n", b"\n    ")
+        chunk.append(item)
+        size += len(item)
+        if size >= 2**20:
+            yield b"".join(chunk)
+            chunk, size = [], 0
+    yield b"".join(chunk)
+    yield data[end:]
 
 
 RecordHook = Callable[[str, Mapping[str, Any]], None]

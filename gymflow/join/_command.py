@@ -10,12 +10,13 @@ not name; the command-level provenance check skips a whole unchanged join instea
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Final
 
-from gymflow import lineage, provenance, storage
+from gymflow import lineage, provenance, scratch, storage
 from gymflow.errors import InputError
 from gymflow.executor import Executor, LocalExecutor, Step
 from gymflow.join._file_join import (
@@ -31,6 +32,7 @@ from gymflow.join._file_join import (
     plan_ranges,
     remove_parts,
 )
+from gymflow.join._read_files import ReadFiles
 from gymflow.join._settings import COMMAND, JoinResult, JoinSettings
 from gymflow.join._stats import JoinStats
 from gymflow.run_context import RunContext
@@ -67,6 +69,7 @@ FinishJob = tuple[
     JoinStats,
     provenance.FileDigest,
     provenance.FileDigest,
+    ReadFiles,
     list[provenance.FileDigest],
     RunContext,
     str,
@@ -93,12 +96,14 @@ WRITE_PROVENANCE = Step("write-provenance", _finish, io=True)
 
 
 def _unread_captures(
-    located: JoinSettings, stats: JoinStats, executor: Executor
+    located: JoinSettings, read: ReadFiles, executor: Executor
 ) -> list[provenance.FileDigest]:
     """The digests of the capture files no row read (the cache key names every file of the
-    directory), hashed in chunks by the executor's workers."""
-    listed = capture_listing(located, skip={d.uri for d in stats.files_read})
-    chunks = [listed[i : i + CAPTURES_PER_HASH] for i in range(0, len(listed), CAPTURES_PER_HASH)]
+    directory), in name order, hashed in chunks by the executor's workers."""
+    listed = capture_listing(located, read.uris())
+    chunks = []
+    while chunk := list(itertools.islice(listed, CAPTURES_PER_HASH)):
+        chunks.append(chunk)
     return [d for digests in executor.map(HASH_CAPTURES, chunks) for d in digests] if chunks else []
 
 
@@ -179,37 +184,41 @@ def _run(
     parts = [located.output] if single else part_urls(located, len(ranges))
     jobs = [RangeJob(located, start, end, part) for (start, end), part in zip(ranges, parts, strict=True)]
     stats = JoinStats()
+    with scratch.temporary_dir("joininputs") as directory, ReadFiles(directory) as read:
 
-    def done(job: RangeJob, part: JoinStats) -> None:
-        stats.merge(part)
-        if progress is not None:
-            progress(job.end - job.start)
+        def done(job: RangeJob, part: JoinStats) -> None:
+            read.add(part.files_read)  # to local scratch: the parent holds no capture file's digest
+            part.files_read.clear()
+            stats.merge(part)
+            if progress is not None:
+                progress(job.end - job.start)
 
-    sources = [settings.rollouts, *([settings.capture_dir] if settings.capture_dir else [])]
-    # Here, with every file local, each part is appended to the output as soon as it and those
-    # before it are done, so the copy and the output's hash overlap the join of later ranges.
-    stream = (
-        not single
-        and executor.same_machine
-        and not executor.persistent
-        and all(storage.is_local(url) for url in [located.output, *parts])
-    )
-    try:
-        if stream:
-            output = _join_streaming(settings, located, executor, jobs, done, sources)
-        elif single:
-            # One range is joined straight into the output: that step writes it.
-            executor.map(JOIN_RANGE.writing([settings.output], sources), jobs, done=done)
-            output = provenance.digest(located.output)
-        else:
-            executor.map(JOIN_RANGE, jobs, done=done)
-            concatenate = CONCATENATE.writing([settings.output], sources)
-            output = executor.call(concatenate, (located, parts))
-    finally:
-        if not single:
-            remove_parts(parts)
-    unread = _unread_captures(located, stats, executor)
-    rollouts = executor.call(HASH_ROLLOUTS, located.rollouts)
-    job: FinishJob = (settings, stats, rollouts, output, unread, ctx, started_at)
-    record_url = executor.call(WRITE_PROVENANCE, job)
+        sources = [settings.rollouts, *([settings.capture_dir] if settings.capture_dir else [])]
+        # Here, with every file local, each part is appended to the output as soon as it and those
+        # before it are done, so the copy and the output's hash overlap the join of later ranges.
+        stream = (
+            not single
+            and executor.same_machine
+            and not executor.persistent
+            and all(storage.is_local(url) for url in [located.output, *parts])
+        )
+        try:
+            if stream:
+                output = _join_streaming(settings, located, executor, jobs, done, sources)
+            elif single:
+                # One range is joined straight into the output: that step writes it.
+                executor.map(JOIN_RANGE.writing([settings.output], sources), jobs, done=done)
+                output = provenance.digest(located.output)
+            else:
+                executor.map(JOIN_RANGE, jobs, done=done)
+                concatenate = CONCATENATE.writing([settings.output], sources)
+                output = executor.call(concatenate, (located, parts))
+        finally:
+            if not single:
+                remove_parts(parts)
+        read.sort()
+        unread = _unread_captures(located, read, executor)
+        rollouts = executor.call(HASH_ROLLOUTS, located.rollouts)
+        job: FinishJob = (settings, stats, rollouts, output, read, unread, ctx, started_at)
+        record_url = executor.call(WRITE_PROVENANCE, job)
     return JoinResult(settings, stats.summary(), record_url, warnings, list(stats.errors))

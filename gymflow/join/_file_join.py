@@ -9,11 +9,12 @@ file (:func:`join_range`), then :func:`concatenate_parts` and :func:`finish`.
 from __future__ import annotations
 
 import hashlib
+import heapq
 import itertools
 import logging
 import os
 import uuid
-from collections.abc import Callable, Container, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Final
 
 import orjson
@@ -22,6 +23,7 @@ from gymflow import provenance, storage
 from gymflow.collector import paused_gc
 from gymflow.errors import GymflowError, InputError
 from gymflow.join._capture_store import JSONL_SUFFIX, MARKER_SUFFIX, CaptureStore, read_local
+from gymflow.join._read_files import ReadFiles
 from gymflow.join._row import join_row_outcome
 from gymflow.join._settings import COMMAND, JoinSettings
 from gymflow.join._stats import JoinStats
@@ -269,16 +271,22 @@ class PartAppender:
         return self.digest.hexdigest(), self.size
 
 
-def capture_listing(settings: JoinSettings, skip: Container[str] = ()) -> list[tuple[str, str]]:
-    """``(record URI, readable URL)`` of every capture file and marker in the directory whose
-    URI is not in ``skip`` (those a join read), sorted by name."""
+def capture_listing(settings: JoinSettings, read: Iterable[str] = ()) -> Iterator[tuple[str, str]]:
+    """``(record URI, readable URL)`` of every capture file and marker in the directory whose URI
+    is not in ``read`` (URIs in sorted order: the files a join read), sorted by name, made one at
+    a time (a store may hold a file per rollout)."""
     if settings.capture_dir is None:
-        return []
+        return
     store = CaptureStore(settings.capture_dir)
     base = store.uri("")
-    return [
-        (base + name, store.url(name)) for name in sorted(store.list_names() or ()) if base + name not in skip
-    ]
+    skipped = iter(read)
+    pending = next(skipped, None)
+    for name in sorted(store.list_names() or ()):
+        uri = base + name  # names sort as their URIs do: one directory, one base
+        while pending is not None and pending < uri:
+            pending = next(skipped, None)
+        if pending != uri:
+            yield uri, store.url(name)
 
 
 def hash_captures(entries: Sequence[tuple[str, str]]) -> list[provenance.FileDigest]:
@@ -292,9 +300,11 @@ def _capture_role(uri: str) -> str:
 
 
 def cache_key(settings: JoinSettings, rollouts_sha: str, capture: Iterable[provenance.FileDigest]) -> str:
-    """The cache key: rollouts bytes, every capture file of the directory (by name), parameters."""
-    inputs = [("rollouts", rollouts_sha)] + [(_capture_role(d.uri), d.sha256) for d in capture]
-    return provenance.cache_key(COMMAND, settings.parameters(), inputs)
+    """The cache key: rollouts bytes, every capture file of the directory (``capture``, sorted by
+    URI, each once), parameters; hashed as the digests come."""
+    pairs = ((_capture_role(d.uri), d.sha256) for d in capture)  # "capture..." sorts before "rollouts"
+    inputs = itertools.chain(pairs, [("rollouts", rollouts_sha)])
+    return provenance.cache_key_of_sorted(COMMAND, settings.parameters(), inputs)
 
 
 def _listed_digest(uri: str, url: str) -> provenance.FileDigest:
@@ -321,7 +331,8 @@ def _listed_digest(uri: str, url: str) -> provenance.FileDigest:
 def current_key(settings: JoinSettings) -> str:
     """Hash the inputs as they are now and return their cache key (for the up-to-date check)."""
     rollouts_sha, _ = storage.sha256(settings.rollouts)
-    return cache_key(settings, rollouts_sha, hash_captures(capture_listing(settings)))
+    listed = capture_listing(settings)
+    return cache_key(settings, rollouts_sha, (_listed_digest(uri, url) for uri, url in listed))
 
 
 def finish(
@@ -329,22 +340,21 @@ def finish(
     stats: JoinStats,
     rollouts: provenance.FileDigest,
     output: provenance.FileDigest,
+    read: ReadFiles,
     unread: Sequence[provenance.FileDigest],
     ctx: RunContext,
     started_at: str,
 ) -> str:
     """Write the provenance record (last, after the output); return its URL.
 
-    Inputs: the rollouts file and every capture file read; ``unread`` (the capture files in the
-    directory that no row read, :func:`capture_listing` skipping those read) count for the cache
-    key only.
+    Inputs: the rollouts file and every capture file ``read`` (sorted); ``unread`` (the capture
+    files in the directory that no row read, in name order) count for the cache key only.
     """
-    read = {d.uri: d for d in stats.files_read}
-    key = cache_key(settings, rollouts.sha256, itertools.chain(read.values(), unread))
+    capture = heapq.merge(read, unread, key=lambda d: d.uri)
     record = provenance.build_record(
         command=COMMAND,
-        cache_key=key,
-        inputs=[rollouts, *sorted(read.values(), key=lambda d: d.uri)],
+        cache_key=cache_key(settings, rollouts.sha256, capture),
+        inputs=[rollouts],
         outputs=[output],
         parameters=settings.record_parameters(),
         orchestrator=ctx.orchestrator,
@@ -353,5 +363,5 @@ def finish(
         finished_at=provenance.timestamp(),
     )
     url = provenance.record_path(settings.output)
-    provenance.write_record(url, record)
+    provenance.write_record(url, record, more_inputs=read)
     return url
