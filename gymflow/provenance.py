@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib.metadata
+import itertools
 import logging
 import platform
 import subprocess
@@ -211,14 +212,18 @@ def cache_key_of_sorted(
     split = data.index(b'"inputs":[]') + len(b'"inputs":[')
     sha = hashlib.sha256(data[:split])
     previous: list[str] | None = None
+    pending: list[bytes] = []  # hashed a thousand pairs at a time
     for role, digest in inputs:
         pair = [str(role), str(digest)]
-        if previous is not None:
-            if pair < previous:
-                raise ValueError(f"inputs out of order: {pair} after {previous}")
-            sha.update(b",")
-        sha.update(orjson.dumps(pair))
+        if previous is not None and pair < previous:
+            raise ValueError(f"inputs out of order: {pair} after {previous}")
+        pending.append(orjson.dumps(pair))
         previous = pair
+        if len(pending) == 1000:
+            sha.update(b",".join(pending))
+            pending = [b""]  # the comma before the next pair
+    if pending != [b""]:
+        sha.update(b",".join(pending))
     sha.update(data[split:])
     return "sha256:" + sha.hexdigest()
 
@@ -378,21 +383,15 @@ def write_record(
 
 
 def _with_inputs(data: bytes, more: Iterable[FileDigest]) -> Iterator[bytes]:
-    """The indent-2 record ``data`` with ``more`` inputs after its inputs, in chunks of about a
-    megabyte: each one rendered as the list renders an item (its lines indented by four)."""
+    """The indent-2 record ``data`` with ``more`` inputs after its inputs, in chunks: a thousand
+    inputs rendered as a list at a time, each line indented two more, as the record's list is."""
     start = data.index(b'\n  "inputs": [\n')
     end = data.index(b"\n  ]", start)  # the list's end: its items' lines are indented deeper
     yield data[:end]
-    chunk: list[bytes] = []
-    size = 0
-    for digest in more:
-        item = b",\n    " + orjson.dumps(digest, option=orjson.OPT_INDENT_2).replace(b"\n", b"\n    ")
-        chunk.append(item)
-        size += len(item)
-        if size >= 2**20:
-            yield b"".join(chunk)
-            chunk, size = [], 0
-    yield b"".join(chunk)
+    more = iter(more)
+    while chunk := list(itertools.islice(more, 1000)):
+        items = orjson.dumps(chunk, option=orjson.OPT_INDENT_2)[2:-2]  # without "[\n" and "\n]"
+        yield b",\n  " + items.replace(b"\n", b"\n  ")
     yield data[end:]
 
 

@@ -517,6 +517,9 @@ def test_the_key_of_sorted_inputs_is_the_key_of_the_same_inputs() -> None:
         parameters = {"capture": True, "api_key": SECRET, "quote": chr(34)}
         expected = provenance.cache_key("eval join", parameters, inputs, {"v": 1})
         assert provenance.cache_key_of_sorted("eval join", parameters, iter(inputs), {"v": 1}) == expected
+    for count in (999, 1000, 1001, 2500):  # hashed a thousand at a time
+        inputs = [(f"capture:{i:06d}", f"{i:064x}") for i in range(count)] + [("rollouts", "ab")]
+        assert provenance.cache_key_of_sorted("c", {}, iter(inputs)) == provenance.cache_key("c", {}, inputs)
     with pytest.raises(ValueError, match="out of order"):
         provenance.cache_key_of_sorted("eval join", {}, [("rollouts", "a"), ("capture:x", "b")])
 
@@ -534,6 +537,10 @@ def test_a_record_written_with_more_inputs_as_they_come(tmp_path: Path) -> None:
     streamed = tmp_path / "streamed.provenance.json"
     provenance.write_record(str(whole), {**record, "inputs": [d.to_json() for d in digests]})
     provenance.write_record(str(streamed), record, more_inputs=iter(digests[1:]))
+    assert streamed.read_bytes() == whole.read_bytes()
+    many = [provenance.FileDigest(f"file:///run/{i}.capture.jsonl", f"{i:064x}", i) for i in range(2500)]
+    provenance.write_record(str(whole), {**record, "inputs": [d.to_json() for d in [digests[0], *many]]})
+    provenance.write_record(str(streamed), record, more_inputs=iter(many))  # a thousand at a time
     assert streamed.read_bytes() == whole.read_bytes()
     provenance.write_record(str(streamed), record, more_inputs=iter([]))
     provenance.write_record(str(whole), record)

@@ -63,4 +63,6 @@ class ReadFiles:
 
     def uris(self) -> Iterator[str]:
         """The URIs, in order."""
-        return (digest.uri for digest in self)
+        if self._sorted is None:
+            raise RuntimeError("ReadFiles.sort() first")
+        return (uri for uri, _, _ in read_batches(self._sorted))
