@@ -179,15 +179,9 @@ def cache_key(
     paths do not matter. Parameters and verifier are redacted first, so a key never depends on
     (or leaks) a secret: do not give an output-affecting setting a secret-looking name.
     """
-    payload = {
-        "schema": SCHEMA,
-        "command": command,
-        "gymflow": __version__,
-        "parameters": redact(parameters),
-        "inputs": sorted([str(role), str(sha)] for role, sha in inputs),
-        "verifier": None if verifier is None else redact(verifier),
-    }
-    return "sha256:" + hashlib.sha256(canonical_json(payload)).hexdigest()
+    return cache_key_of_sorted(
+        command, parameters, sorted((str(role), str(sha)) for role, sha in inputs), verifier
+    )
 
 
 def cache_key_of_sorted(
@@ -197,7 +191,8 @@ def cache_key_of_sorted(
     verifier: Mapping[str, Any] | None = None,
 ) -> str:
     """:func:`cache_key` of ``inputs`` that come sorted (by role, then SHA-256), hashed as they
-    come: the same key without holding the pairs (a join's million capture files)."""
+    come, without holding them (a join's million capture files): the SHA-256 of the canonical
+    JSON of ``{schema, command, gymflow, parameters, inputs: [[role, sha256], ...], verifier}``."""
     empty: dict[str, Any] = {
         "schema": SCHEMA,
         "command": command,

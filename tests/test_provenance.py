@@ -503,6 +503,21 @@ def test_cli_without_a_record_or_with_extras(
     assert "unrecognized arguments: --bogus" in capsys.readouterr().err
 
 
+def _key_of_the_whole_payload(
+    command: str, parameters: dict[str, object], inputs: list[tuple[str, str]], verifier: object = None
+) -> str:
+    """The spec's formula, over the whole payload at once."""
+    payload = {
+        "schema": provenance.SCHEMA,
+        "command": command,
+        "gymflow": __version__,
+        "parameters": provenance.redact(parameters),
+        "inputs": sorted([role, sha] for role, sha in inputs),
+        "verifier": verifier,
+    }
+    return "sha256:" + hashlib.sha256(provenance.canonical_json(payload)).hexdigest()
+
+
 def test_the_key_of_sorted_inputs_is_the_key_of_the_same_inputs() -> None:
     """A key hashed as its (sorted) inputs come is byte for byte the key of the whole list, for
     roles that JSON escapes too; inputs out of order are refused, never hashed into a wrong key."""
@@ -515,11 +530,14 @@ def test_the_key_of_sorted_inputs_is_the_key_of_the_same_inputs() -> None:
         ]
         inputs = sorted([(role, f"{rng.getrandbits(64):016x}") for role in roles] + [("rollouts", "ab")])
         parameters = {"capture": True, "api_key": SECRET, "quote": chr(34)}
-        expected = provenance.cache_key("eval join", parameters, inputs, {"v": 1})
+        expected = _key_of_the_whole_payload("eval join", parameters, inputs, {"v": 1})
         assert provenance.cache_key_of_sorted("eval join", parameters, iter(inputs), {"v": 1}) == expected
+        assert provenance.cache_key("eval join", parameters, inputs[::-1], {"v": 1}) == expected
     for count in (999, 1000, 1001, 2500):  # hashed a thousand at a time
         inputs = [(f"capture:{i:06d}", f"{i:064x}") for i in range(count)] + [("rollouts", "ab")]
-        assert provenance.cache_key_of_sorted("c", {}, iter(inputs)) == provenance.cache_key("c", {}, inputs)
+        assert provenance.cache_key_of_sorted("c", {}, iter(inputs)) == _key_of_the_whole_payload(
+            "c", {}, inputs
+        )
     with pytest.raises(ValueError, match="out of order"):
         provenance.cache_key_of_sorted("eval join", {}, [("rollouts", "a"), ("capture:x", "b")])
 
