@@ -245,6 +245,8 @@ _CONNECT_ERRORS = (
     "ClientConnectorError",
     "ConnectionError",
 )
+_DROPPED_ERRORS = ("ClientPayloadError", "ServerDisconnectedError", "ContentLengthError", "IncompleteRead")
+"""The endpoint went away in the middle of an answer (a server stopped mid-transfer)."""
 _SLOW_CONNECT_ERRORS = ("ConnectTimeoutError",)
 _TIMEOUT_ERRORS = ("ReadTimeoutError", "ReadTimeout", "TimeoutError", "FSTimeoutError", "timeout")
 _CREDENTIAL_CODES = ("InvalidAccessKeyId", "SignatureDoesNotMatch", "NoCredentialsError", "ExpiredToken")
@@ -280,6 +282,8 @@ def _explain(exc: BaseException, budget: float | None = None, url: str = "") -> 
         return f"the storage endpoint did not answer in time (storage.timeout_s = {budget:g} s; {detail})"
     if names & set(_CONNECT_ERRORS) or "Could not connect" in text:
         return f"the storage endpoint cannot be reached ({detail})"
+    if names & set(_DROPPED_ERRORS):
+        return f"the storage endpoint dropped the connection mid-transfer ({detail})"
     if isinstance(exc, PermissionError) or "AccessDenied" in text:
         return f"access denied: check the credentials and their permissions ({detail})"
     return detail

@@ -92,3 +92,19 @@ def test_scratch_space_that_cannot_be_made_names_the_directory(
         f"{tmp_path}/file/tmp: cannot create scratch space in it: Not a directory "
         "(set TMPDIR to a writable directory)"
     )
+
+
+def test_a_connection_dropped_mid_transfer_is_said_as_such() -> None:
+    """aiohttp's words for a body cut short (the server stopped mid-answer) become one line that
+    says what happened, with them in it."""
+    import aiohttp
+
+    cut = aiohttp.ClientPayloadError("Response payload is not completed")
+    cut.__cause__ = aiohttp.http_exceptions.ContentLengthError(
+        "Not enough data to satisfy content length header"
+    )
+    line = storage_faults.describe_error(cut)
+    assert line.startswith("the storage endpoint dropped the connection mid-transfer (")
+    assert "Response payload is not completed" in line
+    gone = aiohttp.ServerDisconnectedError()
+    assert "dropped the connection mid-transfer" in storage_faults.describe_error(gone)
