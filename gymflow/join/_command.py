@@ -66,7 +66,6 @@ def _concatenate(job: tuple[JoinSettings, list[str]]) -> provenance.FileDigest:
 
 FinishJob = tuple[
     JoinSettings,
-    JoinStats,
     provenance.FileDigest,
     provenance.FileDigest,
     ReadFiles,
@@ -219,6 +218,6 @@ def _run(
         read.sort()
         unread = _unread_captures(located, read, executor)
         rollouts = executor.call(HASH_ROLLOUTS, located.rollouts)
-        job: FinishJob = (settings, stats, rollouts, output, read, unread, ctx, started_at)
+        job: FinishJob = (settings, rollouts, output, read, unread, ctx, started_at)
         record_url = executor.call(WRITE_PROVENANCE, job)
     return JoinResult(settings, stats.summary(), record_url, warnings, list(stats.errors))

@@ -337,7 +337,6 @@ def current_key(settings: JoinSettings) -> str:
 
 def finish(
     settings: JoinSettings,
-    stats: JoinStats,
     rollouts: provenance.FileDigest,
     output: provenance.FileDigest,
     read: ReadFiles,
