@@ -29,7 +29,7 @@ from array import array
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, TypeGuard
 
-__all__ = ["TOKEN_FIELDS", "PerfAccumulator", "percentile", "perf_summary"]
+__all__ = ["TOKEN_FIELDS", "Column", "PerfAccumulator", "percentile", "perf_summary"]
 
 TOKEN_FIELDS: tuple[str, ...] = (
     "prompt_tokens",
