@@ -20,8 +20,10 @@ def _column(*values: Any) -> Column:
 
 
 def test_a_column_keeps_each_value_and_its_type() -> None:
-    assert isinstance(_column(1.5, -0.0, 2.0).values, array) and _column(1.5).values.typecode == "d"  # type: ignore[union-attr]
-    assert isinstance(_column(3, -(2**63), 2**63 - 1).values, array)
+    floats = _column(1.5, -0.0, 2.0).values
+    assert isinstance(floats, array) and floats.typecode == "d"
+    ints = _column(3, -(2**63), 2**63 - 1).values
+    assert isinstance(ints, array) and ints.typecode == "q"
     for values in [(1, 2.5), (2.5, 1), (True, 1), (1, 2**63), (2**70,), (1.0, False)]:
         column = _column(*values)
         assert isinstance(column.values, list)
