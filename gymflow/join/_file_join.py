@@ -181,7 +181,7 @@ def join_range(settings: JoinSettings, start: int, end: int, part_url: str) -> J
     store = _store(settings)
     lines = storage.iter_lines(settings.rollouts, start, end)
     joined = join_lines(lines, store, stats, perf=settings.perf, source=settings.rollouts)
-    with paused_gc():
+    with paused_gc():  # the write consumes ``joined``: the whole range is joined in here
         if settings.output != part_url and storage.is_local(part_url):
             storage.write_scratch_local(part_url, joined)  # concatenate_parts hashes it
         else:

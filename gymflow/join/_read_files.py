@@ -56,13 +56,14 @@ class ReadFiles:
         os.unlink(self._arrived.path)
         self._sorted = writer.path
 
-    def __iter__(self) -> Iterator[FileDigest]:
+    def _rows(self) -> Iterator[tuple[str, str, int]]:
         if self._sorted is None:
             raise RuntimeError("ReadFiles.sort() first")
-        return (FileDigest(uri, sha, size) for uri, sha, size in read_batches(self._sorted))
+        return read_batches(self._sorted)
+
+    def __iter__(self) -> Iterator[FileDigest]:
+        return (FileDigest(uri, sha, size) for uri, sha, size in self._rows())
 
     def uris(self) -> Iterator[str]:
         """The URIs, in order."""
-        if self._sorted is None:
-            raise RuntimeError("ReadFiles.sort() first")
-        return (uri for uri, _, _ in read_batches(self._sorted))
+        return (uri for uri, _, _ in self._rows())
