@@ -19,7 +19,7 @@ from __future__ import annotations
 import inspect
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Annotated, Any, Literal, Union, cast, get_args, get_origin
 
 import msgspec
@@ -30,7 +30,7 @@ from pydantic.fields import FieldInfo
 # read_trajectory applies trajectory.py's depth rule (free_form_too_deep) exactly as it does.
 from gymflow.evidence.trajectory import TrajectoryRecord, free_form_too_deep, validate_trajectory
 
-__all__ = ["STRUCTS", "convert_trajectory", "read_trajectory", "struct_converters"]
+__all__ = ["STRUCTS", "convert_trajectory", "read_trajectory", "struct_converters", "trajectory_decoding"]
 
 _BOUNDS = ("ge", "gt", "le", "lt")
 """The ``annotated_types`` bounds pydantic keeps in field metadata (``Ge(ge=0)``, ...)."""
@@ -56,11 +56,13 @@ def _meta(metadata: list[Any]) -> msgspec.Meta | None:
 
 
 class _Generator:
-    """Translates models (and the models they nest) into Structs, each once."""
+    """Translates models (and the models they nest) into Structs, each once. The free-form
+    (``Any``) fields named in ``unread`` become ``msgspec.Raw``: their JSON text, not decoded."""
 
-    def __init__(self) -> None:
+    def __init__(self, unread: Collection[tuple[type[BaseModel], str]] = ()) -> None:
         self.structs: dict[type[BaseModel], type[msgspec.Struct]] = {}
         self.validators: dict[type[BaseModel], Callable[[Any], None] | None] = {}
+        self.unread = frozenset(unread)
 
     def annotation(self, tp: Any) -> Any:
         origin = get_origin(tp)
@@ -98,6 +100,15 @@ class _Generator:
             raise TypeError(f"no msgspec form for the default {info.default!r}")
         return tp, info.default
 
+    @staticmethod
+    def _unread_default(model: type[BaseModel], name: str, info: FieldInfo) -> None:
+        validated = any(
+            name in item.info.fields for item in model.__pydantic_decorators__.field_validators.values()
+        )
+        if info.annotation is not Any or info.default is not None or info.metadata or validated:
+            raise TypeError(f"{model.__name__}.{name} is not a free-form field that may stay unread")
+        return None
+
     def struct(self, model: type[BaseModel]) -> type[msgspec.Struct]:
         if model in self.structs:
             return self.structs[model]
@@ -105,10 +116,13 @@ class _Generator:
         extra = config.pop("extra", "ignore")
         if config or extra not in ("forbid", "ignore"):
             raise TypeError(f"no msgspec form for {model.__name__}'s config {model.model_config!r}")
-        fields = []
+        fields: list[tuple[Any, ...]] = []
         for name, info in model.model_fields.items():
             if info.alias is not None or info.validation_alias is not None:
                 raise TypeError(f"no msgspec form for the alias of {model.__name__}.{name}")
+            if (model, name) in self.unread:
+                fields.append((name, msgspec.Raw, self._unread_default(model, name, info)))
+                continue
             tp, default = self.field(info)
             fields.append((name, tp) if default is msgspec.NODEFAULT else (name, tp, default))
         struct = msgspec.defstruct(
@@ -230,6 +244,22 @@ def struct_converters(models: typing.Sequence[type[BaseModel]]) -> list[Callable
 
         converters.append(convert)
     return converters
+
+
+def trajectory_decoding(
+    unread: Collection[tuple[type[BaseModel], str]],
+) -> tuple[type[msgspec.Struct], Callable[[Any], None]]:
+    """A Struct of the trajectory for msgspec to decode from JSON text, and the step running the
+    models' validators on a decoded one (any exception: the caller takes the exact path).
+
+    Decoding text instead of converting ``orjson.loads``'s value is equal only for text on which
+    msgspec and orjson agree (``gymflow._json_agreement``), and the depth rule is the caller's.
+    The free-form fields in ``unread`` hold their JSON text (``msgspec.Raw``, ``None`` when
+    absent): for a reader that never looks at them, so their validation is nothing to skip.
+    """
+    generator = _Generator(unread)
+    struct = generator.struct(TrajectoryRecord)
+    return struct, _walker(generator, TrajectoryRecord) or (lambda _: None)
 
 
 def convert_trajectory(raw: Any) -> TrajectoryRecord | None:

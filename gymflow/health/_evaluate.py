@@ -12,16 +12,12 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
-import orjson
-
-from gymflow.evidence import TrajectoryRecord, TrajectoryUnreadable
-from gymflow.evidence.structs import read_trajectory
 from gymflow.health import _checks  # noqa: F401  (registers the trajectory checks)
-from gymflow.health._observed import Evidence, transcript_usage
+from gymflow.health._observed import Evidence
+from gymflow.health._reading import RecordRead, read_record
 from gymflow.health._registry import ROLLOUT_CHECK_IDS, TRAJECTORY_CHECKS, TrajectoryCheck, finding
 from gymflow.health._vocabulary import CheckId, Finding, Identity
 
-_ASCII_WHITESPACE = b" \t\n\r\x0b\x0c"
 _IDENTITY_FIELDS = ("_ng_task_index", "_ng_rollout_index", "stage_index")
 _TWO_POW_63 = 2**63
 
@@ -102,11 +98,6 @@ class RowResult:
                 self.rollout_id = f"{self.ordinal}-{self.rollout_text}"
 
 
-def is_blank(line: bytes) -> bool:
-    # A record line starts with "{": only a line starting with whitespace is copied stripped.
-    return not line or (line[0] in _ASCII_WHITESPACE and not line.strip(_ASCII_WHITESPACE))
-
-
 def _unreadable_row(
     line_number: int, ordinal: int, detail: dict[str, Any], ignored: frozenset[str]
 ) -> RowResult:
@@ -176,45 +167,23 @@ def read_identity(record: Mapping[str, Any]) -> tuple[dict[str, Identity | None]
     return identity, invalid
 
 
-def loads(line: bytes) -> Any:
-    """The line's JSON value, surrounded by any ASCII whitespace (``\\v`` and ``\\f`` included)."""
-    try:
-        return orjson.loads(line)
-    except orjson.JSONDecodeError:
-        return orjson.loads(line.strip(_ASCII_WHITESPACE))
-
-
 def evaluate_line(
     line: bytes, line_number: int, ordinal: int, ignored: frozenset[str], stats: RunStats
 ) -> RowResult:
     """Evaluate one non-blank line, adding its statistics to ``stats``; ``line_number`` and
     ``ordinal`` may be range-local (see :meth:`RowResult.place`)."""
-    try:
-        # orjson skips JSON whitespace itself; the line is copied stripped only when it fails
-        record = loads(line)
-    except orjson.JSONDecodeError:
-        return _unreadable_row(
-            line_number,
-            ordinal,
-            {"reason": "rollout record is unreadable", "error": "JSONDecodeError"},
-            ignored,
-        )
-    if not isinstance(record, dict):
-        return _unreadable_row(
-            line_number, ordinal, {"reason": "rollout record is unreadable", "error": "ValueError"}, ignored
-        )
-
+    read = read_record(line)
+    if not isinstance(read, RecordRead):
+        return _unreadable_row(line_number, ordinal, read, ignored)
+    record = read.fields
     identity, invalid = read_identity(record)
     if invalid:  # gymflow (spec §9 D1): one bad identity costs one row, not the run
         detail = {"reason": "rollout identity is unreadable", "error": "ValidationError", "fields": invalid}
         return _unreadable_row(line_number, ordinal, detail, ignored)
 
-    raw_trajectory = record.get("ng_trajectory")
     raw_task = record.get("_ng_task_index", None)
     raw_rollout = record.get("_ng_rollout_index", 0)
-    rollout_id: Any = record.get("_ng_rollout_id") or (
-        raw_trajectory.get("rollout_id") if isinstance(raw_trajectory, dict) else None
-    )
+    rollout_id: Any = record.get("_ng_rollout_id") or read.trajectory_rollout_id
     rollout_value = identity["_ng_rollout_index"]
     row = RowResult(
         line_number=line_number,
@@ -230,17 +199,11 @@ def evaluate_line(
     if row.rollout_id is None and "_ng_task_index" in record:
         row.rollout_id = f"{raw_task}-{raw_rollout}"
 
-    usage = transcript_usage(record)
+    usage = read.usage
     stats.prompt += usage[0] or 0
     stats.completion += usage[1] or 0
 
-    trajectory: TrajectoryRecord | None = None
-    trajectory_error: str | None = None
-    if raw_trajectory is not None:
-        try:
-            trajectory = read_trajectory(raw_trajectory)
-        except TrajectoryUnreadable as exc:
-            trajectory_error = exc.error
+    trajectory = read.trajectory
     if trajectory is not None and any(gap.code == "trajectory_projection_failed" for gap in trajectory.gaps):
         trajectory = None
     evidence = Evidence(trajectory, usage) if trajectory is not None else None
@@ -251,8 +214,8 @@ def evaluate_line(
         row.successful_calls = sum(evidence.successful[p] for p in view.bound)
 
     checks = _checks_to_run(ignored)
-    if trajectory_error is not None and "record_unreadable" not in ignored:
-        detail = {"reason": "canonical trajectory is unreadable", "error": trajectory_error}
+    if read.trajectory_error is not None and "record_unreadable" not in ignored:
+        detail = {"reason": "canonical trajectory is unreadable", "error": read.trajectory_error}
         row.findings.append(finding("record_unreadable", detail))
     if evidence is None:
         row.unobserved = _shared(tuple(check_id for check_id, _ in checks))

@@ -33,7 +33,11 @@ def _usage_side(usage: dict[str, Any], primary: str, fallback: str) -> int | Non
 def transcript_usage(record: dict[str, Any]) -> tuple[int | None, int | None]:
     """(prompt, completion) from ``response.usage``; ``None`` where a side does not count."""
     response = record.get("response")
-    usage = response.get("usage") if isinstance(response, dict) else None
+    return response_usage(response.get("usage") if isinstance(response, dict) else None)
+
+
+def response_usage(usage: Any) -> tuple[int | None, int | None]:
+    """(prompt, completion) of a ``response.usage`` value; ``None`` where a side does not count."""
     if not isinstance(usage, dict):
         return None, None
     return (

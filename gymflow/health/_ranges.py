@@ -23,7 +23,8 @@ from gymflow import scratch, storage
 from gymflow.collector import paused_gc
 from gymflow.errors import InputError, UsageError
 from gymflow.executor import Executor, Step
-from gymflow.health._evaluate import RowResult, RunStats, evaluate_line, is_blank
+from gymflow.health._evaluate import RowResult, RunStats, evaluate_line
+from gymflow.health._reading import is_blank
 from gymflow.health._registry import normalize_ignored
 from gymflow.health._report import HealthReport, merge_runs
 from gymflow.health._runs import (

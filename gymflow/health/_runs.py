@@ -18,7 +18,8 @@ from typing import Any, BinaryIO, NamedTuple
 
 import orjson
 
-from gymflow.health._evaluate import RowResult, is_blank, loads, read_identity
+from gymflow.health._evaluate import RowResult, read_identity
+from gymflow.health._reading import is_blank, loads
 from gymflow.health._vocabulary import CheckId, Finding, Identity, Verdict, VerdictRow
 from gymflow.spill import dump_batches, pack_batches, packed, read_batches, unpack_batches
 

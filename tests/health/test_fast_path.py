@@ -1,4 +1,6 @@
-"""The fast trajectory path (msgspec Structs) against the exact one (pydantic), line by line.
+"""The fast paths against the exact one, line by line: the typed decoding of the line (msgspec
+straight into the trajectory's Structs, behind the C agreement check), the trajectory converted
+from ``orjson.loads``'s value (msgspec Structs) and the exact one (orjson and pydantic).
 
 Generated rollouts are mutated (flipped bytes, truncated lines, changed types, lax coercions,
 invalid or overlong UTF-8 inside payloads, huge numbers, duplicate keys, deep nesting, broken
@@ -22,8 +24,10 @@ import orjson
 import pytest
 from pydantic import ValidationError
 
+from bench import corpus2
 from bench.corpus import generate_records
 from gymflow.evidence import TrajectoryRecord, structs
+from gymflow.health import _reading
 from gymflow.health._evaluate import RowResult, RunStats, evaluate_line
 from gymflow.health._report import build_report
 from tests.health.builders import JUDGE, call, record, trajectory, turn
@@ -161,7 +165,9 @@ def _textual(line: bytes, rng: random.Random) -> bytes:
 
 def _mutated_lines() -> list[bytes]:
     rng = random.Random(SEED)
-    lines: list[bytes] = []
+    # The second generator's lines as written: non-ASCII text, huge and extreme numbers, deep
+    # nesting, unreadable rows, other serialisations.
+    lines = [line.strip() for line in corpus2.generate_lines(300, seed=SEED, avg_bytes=3_000) if line.strip()]
     for base in _bases():
         lines.append(json.dumps(base).encode())
         for _ in range(MUTATIONS_PER_BASE):
@@ -191,12 +197,21 @@ def lines() -> list[bytes]:
 def test_fast_and_exact_paths_agree_on_every_line(
     lines: list[bytes], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    typed_rows, typed_stats = _evaluate(lines)
+    typed = [_reading._read_fast(line) is not None for line in lines]
+    monkeypatch.setattr(_reading, "_read_fast", lambda line: None)
     fast_rows, fast_stats = _evaluate(lines)
     monkeypatch.setattr(structs, "convert_trajectory", lambda raw: None)
     exact_rows, exact_stats = _evaluate(lines)
-    for line, fast, exact in zip(lines, fast_rows, exact_rows, strict=True):
+    for line, typed_row, fast, exact in zip(lines, typed_rows, fast_rows, exact_rows, strict=True):
         assert _facts(fast) == _facts(exact), line[:300]
-    assert fast_stats == exact_stats
+        assert _facts(typed_row) == _facts(exact), line[:300]
+    assert typed_stats == fast_stats == exact_stats
+    # The typed decoding takes most lines, and declines some that orjson reads (its check refused
+    # them, or msgspec or a validator did), which the other paths then decide.
+    readable = [isinstance(_reading._read_exact(line), _reading.RecordRead) for line in lines]
+    assert sum(typed) > 1500, sum(typed)
+    assert sum(r and not t for r, t in zip(readable, typed, strict=True)) > 300
     # The mutations reach every outcome: healthy, unhealthy and unobserved rows, unreadable lines
     # and unreadable trajectories (before the reports mark the many shared identities).
     outcomes = Counter(

@@ -15,8 +15,9 @@ import msgspec
 import pytest
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from gymflow.evidence import TrajectoryRecord, structs
+from gymflow.evidence import TrajectoryModelCall, TrajectoryRecord, structs
 from gymflow.evidence.structs import STRUCTS, convert_trajectory
+from gymflow.evidence.trajectory import AgentInvocation
 from tests.value_paths import with_value_at
 
 _PROBES: list[Any] = [
@@ -162,3 +163,27 @@ class _Mapping(BaseModel):
 def test_what_cannot_be_generated_fails_at_import(model: type[BaseModel]) -> None:
     with pytest.raises(TypeError, match="no msgspec form"):
         structs._Generator().struct(model)
+
+
+@pytest.mark.parametrize(
+    ("model", "name"),
+    [
+        (AgentInvocation, "conversation"),  # validated
+        (TrajectoryRecord, "task_id"),  # not free-form
+        (TrajectoryModelCall, "token_stats"),
+    ],
+)
+def test_only_free_form_fields_without_validators_may_stay_unread(model: type[BaseModel], name: str) -> None:
+    with pytest.raises(TypeError, match="may stay unread"):
+        structs.trajectory_decoding([(model, name)])
+
+
+def test_unread_fields_hold_their_json_text() -> None:
+    struct, validate = structs.trajectory_decoding([(TrajectoryModelCall, "request")])
+    calls = b'[{"request": {"a": [1]}, "response": {"b": 2}}, {}]'
+    text = b'{"task_id": "t", "rollout_id": "r", "model_calls": ' + calls + b"}"
+    record = msgspec.json.decode(text, type=struct)
+    validate(record)
+    first, second = record.model_calls
+    assert bytes(first.request) == b'{"a": [1]}' and first.response == {"b": 2}
+    assert second.request is None
