@@ -28,6 +28,8 @@ from typing import Any
 import msgspec
 import orjson
 
+from gymflow._json_agreement import msgspec_agrees
+
 __all__ = [
     "BOM",
     "LONG_DIGITS",
@@ -99,45 +101,6 @@ _TOP_LEVEL = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _DECODE = msgspec.json.Decoder()
 _STRING_OR_CONTAINER = frozenset(b'"[{')
 
-# The number guard's alphabet: digits -> "0"; "e", "E" and "+" -> "e"; the bytes that may end a
-# JSON number -> ","; every other byte -> ".".
-_NUMBER_MASK = bytes(
-    0x30 if 0x30 <= byte <= 0x39
-    else 0x65 if byte in b"eE+"
-    else 0x2C if byte in b",]} \t\r\n"
-    else 0x2E
-    for byte in range(256)
-)  # fmt: skip
-# A literal is beyond the float range only with 200+ integer digits (with an exponent below 100
-# it stays below 1e298) or with a positive exponent of 3+ digits, which ends the literal: "e",
-# "e+" or "E" then 3+ digits, then what ends a number. Negative exponents only underflow, to the
-# same value in orjson and msgspec.
-_HUGE_MANTISSA = b"0" * 200
-_LONG_EXPONENT = re.compile(rb"e000+(?:,|\Z)")
-
-
-_NUMBER_BYTES = frozenset(b"0123456789.-+eE")
-
-
-def _may_leave_float_range(data: bytes) -> bool:
-    """Whether a number literal in ``data`` could lie beyond the finite float range (which orjson
-    refuses and msgspec's skipping does not check): over-approximated by byte patterns, which
-    also match inside strings (such lines just take the full reading). A literal with a long
-    exponent (``1.7976931348623157e+308`` is finite) is asked of orjson itself."""
-    mask = data.translate(_NUMBER_MASK)
-    if _HUGE_MANTISSA in mask:
-        return True
-    for match in _LONG_EXPONENT.finditer(mask):
-        start = match.start()
-        while start and data[start - 1] in _NUMBER_BYTES:
-            start -= 1
-        end = match.end() - (1 if match.group().endswith(b",") else 0)
-        try:
-            orjson.loads(data[start:end])
-        except orjson.JSONDecodeError:  # beyond the range, or no number (then inside a string)
-            return True
-    return False
-
 
 def loads_shallow(data: bytes) -> dict[str, Any] | None:
     """The top-level object of ``data`` with its numbers, booleans and nulls decoded and every
@@ -148,16 +111,9 @@ def loads_shallow(data: bytes) -> dict[str, Any] | None:
     order and the same values (integers of any size exact); ``None`` for every other line and for
     lines this reading cannot vouch for (call :func:`loads_exact` then). msgspec skips the
     undecoded values checking everything the strict rule checks but UTF-8 and the float range:
-    both are guarded here first.
+    both are checked first, with the BOM, in one pass in C (:func:`msgspec_agrees`).
     """
-    if not data.isascii():
-        if data.startswith(BOM):
-            return None
-        try:
-            data.decode("utf-8")
-        except UnicodeDecodeError:
-            return None
-    if _may_leave_float_range(data):
+    if not msgspec_agrees(data, True):
         return None
     try:
         top = _TOP_LEVEL.decode(data)

@@ -68,10 +68,27 @@ def test_each_rule_on_its_edge(text: bytes, agrees: bool) -> None:
     assert msgspec_agrees(text) is agrees
 
 
+@pytest.mark.parametrize(
+    ("text", "agrees"),
+    [
+        (b'{"a": -9223372036854775809}', True),
+        (b'{"a": 123456789012345678901234567890}', True),
+        (b'{"a": ' + b"9" * 200 + b"}", True),
+        (b'{"a": ' + b"9" * 201 + b"}", False),  # the exact rule refuses what no float holds
+        (b'{"a": 1e400}', False),
+        (b'{"b": "\xff"}', False),
+    ],
+)
+def test_wide_integers_agree_with_a_reader_that_keeps_them(text: bytes, agrees: bool) -> None:
+    assert msgspec_agrees(text, True) is agrees
+
+
 def test_it_takes_any_bytes_like_value() -> None:
     assert msgspec_agrees(bytearray(b'{"a": 1}')) and msgspec_agrees(memoryview(b'{"a": 1}'))
     with pytest.raises(TypeError):
         msgspec_agrees("text")  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        msgspec_agrees(b"{}", True, True)  # type: ignore[call-arg]
 
 
 def _number(rng: random.Random) -> str:
