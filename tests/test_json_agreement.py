@@ -8,6 +8,7 @@ does, both for the field it decodes and the one it skips, with values of equal t
 
 from __future__ import annotations
 
+import json
 import math
 import random
 from typing import Any
@@ -200,3 +201,31 @@ def test_where_it_agrees_msgspec_and_orjson_agree() -> None:
     # Every side of the property is reached.
     assert seen["agrees and readable"] > 2_000 and seen["agrees"] - seen["agrees and readable"] > 1_000, seen
     assert seen["refused but readable"] > 500, seen
+
+
+def _orjson_inexact(data: bytes) -> bool:
+    """Whether orjson reads some number of ``data`` differently from the json module."""
+    try:
+        return repr(orjson.loads(data)) != repr(json.loads(data))  # 2.0**64 == 2**64: compare types too
+    except ValueError:
+        return False
+
+
+def test_it_refuses_wherever_orjson_loses_an_integer() -> None:
+    """The join's use: a row orjson read is read exactly again where the check says no."""
+    rng = random.Random(20261207)
+    edges = [b"18446744073709551615", b"18446744073709551616", b"-9223372036854775808",
+             b"-9223372036854775809", b"99999999999999999999", b"100000000000000000000"]  # fmt: skip
+    for _ in range(4000):
+        number = rng.choice(edges) if rng.random() < 0.5 else (
+            (b"-" if rng.random() < 0.5 else b"")
+            + str(rng.randrange(1, 10)).encode()
+            + bytes(rng.choice(b"0123456789") for _ in range(rng.randrange(16, 24)))
+        )  # fmt: skip
+        data = b'{"a":[1.5,' + number + b'],"s":"' + rng.choice(edges) + b'"}'
+        assert not (msgspec_agrees(data) and _orjson_inexact(data)), data
+    # Within orjson's 64-bit ranges, in strings or not, the check says yes.
+    for text in (b"18446744073709551615", b"-9223372036854775808", b'"18446744073709551616"', b"7" * 19):
+        assert msgspec_agrees(text) and not _orjson_inexact(text)
+    for text in (b"18446744073709551616", b"-9223372036854775809", b"[" + b"1" * 21 + b"]", b"-" + b"1" * 20):
+        assert not msgspec_agrees(text) and _orjson_inexact(text)

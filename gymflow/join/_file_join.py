@@ -20,6 +20,7 @@ from typing import Any, Final
 import orjson
 
 from gymflow import provenance, storage
+from gymflow._json_agreement import msgspec_agrees
 from gymflow.collector import paused_gc
 from gymflow.errors import GymflowError, InputError
 from gymflow.join._capture_store import JSONL_SUFFIX, MARKER_SUFFIX, CaptureStore, read_local
@@ -27,7 +28,7 @@ from gymflow.join._read_files import ReadFiles
 from gymflow.join._row import join_row_outcome
 from gymflow.join._settings import COMMAND, JoinSettings
 from gymflow.join._stats import JoinStats
-from gymflow.jsonline import LineError, dumps_exact, loads_exact, needs_exact_reading
+from gymflow.jsonline import LineError, dumps_exact, loads_exact
 from gymflow.run_context import RunContext
 from gymflow.storage_faults import guard
 
@@ -117,7 +118,9 @@ def join_lines(
                 continue
             row, exact = _parse_row(text, numbers.where)
         else:
-            if type(row) is not dict or needs_exact_reading(line):
+            # orjson makes an integer beyond 64 bits a float: the C check finds one (with a false
+            # "yes" for a deeper line than it vouches for), and the exact reading keeps it whole
+            if type(row) is not dict or not msgspec_agrees(line):
                 row, exact = _parse_row(line.strip(_JSON_SPACE), numbers.where)
         outcome = join_row_outcome(row, store, perf=perf)
         if outcome.error is not None:

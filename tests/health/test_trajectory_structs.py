@@ -182,7 +182,7 @@ def test_unread_fields_hold_their_json_text() -> None:
     struct, validate = structs.trajectory_decoding([(TrajectoryModelCall, "request")])
     calls = b'[{"request": {"a": [1]}, "response": {"b": 2}}, {}]'
     text = b'{"task_id": "t", "rollout_id": "r", "model_calls": ' + calls + b"}"
-    record = msgspec.json.decode(text, type=struct)
+    record: Any = msgspec.json.decode(text, type=struct)
     validate(record)
     first, second = record.model_calls
     assert bytes(first.request) == b'{"a": [1]}' and first.response == {"b": 2}
