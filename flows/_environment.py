@@ -46,6 +46,17 @@ def startup_timeout_s() -> float:
     return float(_config.startup_timeout_seconds)
 
 
+def kept_dir() -> str:
+    """Where stored results keep the files they name (:mod:`gymflow.kept`): beside the results in
+    a local ``prefect.result_store``, else under Prefect's local storage path (a remote store's
+    results name files on the machine that wrote them; elsewhere they are computed again)."""
+    # Imported here: importing Prefect reads the environment this module sets.
+    from prefect.settings import get_current_settings
+
+    local = os.environ.get(_LOCAL_ENV) or str(get_current_settings().results.local_storage_path)
+    return os.path.join(local, "gymflow-kept")
+
+
 @contextmanager
 def result_store() -> Iterator[None]:
     """``prefect.result_store`` as the result storage of this process and its children for the

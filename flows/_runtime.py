@@ -98,7 +98,8 @@ def flow_executor(ctx: RunContext, workers: int, what: str) -> Iterator[tuple[Pr
         keeper.claim(flow_run.get_id())  # on the housekeeping thread: the work does not wait
     else:
         _claim_this_run()
-    with prefect_executor(recorded, workers, ctx.runner.kind == "dask", what) as executor:
+    remote = ctx.runner.kind == "dask"
+    with prefect_executor(recorded, workers, remote, what, _environment.kept_dir()) as executor:
         yield executor, recorded
 
 

@@ -76,6 +76,12 @@ class Executor(Protocol):
         file, which is gone next time."""
         ...
 
+    @property
+    def keep_dir(self) -> str | None:
+        """A local directory where a step whose result is stored keeps the files the result names
+        (:mod:`gymflow.kept`); None where results are not stored or steps run elsewhere."""
+        ...
+
     def locate(self, path: str) -> str:
         """``path`` as work items carry it: unchanged where steps share this process's working
         directory, absolute (a URI) where they may not."""
@@ -112,6 +118,7 @@ class LocalExecutor:
 
     same_machine = True
     persistent = False
+    keep_dir = None
 
     def __init__(self, ctx: RunContext, workers: int = 1, what: str = "running the work") -> None:
         self._ctx = ctx

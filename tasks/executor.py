@@ -117,10 +117,13 @@ class PrefectExecutor:
 
     persistent = True
 
-    def __init__(self, ctx: RunContext, pool: parallel.Workers | None, remote: bool) -> None:
+    def __init__(
+        self, ctx: RunContext, pool: parallel.Workers | None, remote: bool, keep_dir: str | None = None
+    ) -> None:
         self.ctx = ctx
         self._pool = pool
         self.same_machine = not remote
+        self.keep_dir = None if remote else keep_dir
         self._tasks: dict[tuple[Step[Any, Any], bool], Task[..., Any]] = {}
 
     def locate(self, path: str) -> str:
@@ -193,11 +196,14 @@ class PrefectExecutor:
 
 
 @contextmanager
-def prefect_executor(ctx: RunContext, workers: int, remote: bool, what: str) -> Iterator[PrefectExecutor]:
+def prefect_executor(
+    ctx: RunContext, workers: int, remote: bool, what: str, keep_dir: str | None = None
+) -> Iterator[PrefectExecutor]:
     """The executor of a flow run: with a pool of ``workers`` core-only processes for CPU-bound
-    steps on this machine (``remote``: the task runner's workers compute them, no pool)."""
+    steps on this machine (``remote``: the task runner's workers compute them, no pool), whose
+    stored results keep their rows in ``keep_dir``."""
     if remote:
         yield PrefectExecutor(ctx, None, remote=True)
         return
     with parallel.Workers(workers, what=what) as pool:
-        yield PrefectExecutor(ctx, pool, remote=False)
+        yield PrefectExecutor(ctx, pool, remote=False, keep_dir=keep_dir)

@@ -9,12 +9,13 @@ only that shard.
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from gymflow import lineage, provenance, scratch, storage
+from gymflow import kept, lineage, provenance, scratch, storage
 from gymflow.aggregate._reduce import Reduction
 from gymflow.aggregate._run import (
     COMMAND,
@@ -35,6 +36,7 @@ from gymflow.aggregate._run import (
 )
 from gymflow.aggregate._select import select_shards
 from gymflow.executor import Executor, LocalExecutor, Step
+from gymflow.kept import kept_files
 from gymflow.provenance import FileDigest
 from gymflow.run_context import RunContext
 
@@ -56,10 +58,22 @@ class ShardWork:
     digests: Digests
     spill_dir: str | None = None
     """Local scratch for the shard's rows (set where results are not stored: it is gone after)."""
+    keep_dir: str | None = None
+    """Where a stored result keeps the shard's rows (:mod:`gymflow.kept`)."""
 
 
 def _scan(work: ShardWork) -> ShardPart:
-    return scan_part(work.shard, work.index, work.options, work.spool_dir, work.spill_dir)
+    if work.keep_dir is None:
+        return scan_part(work.shard, work.index, work.options, work.spool_dir, work.spill_dir)
+    with kept_files(work.keep_dir, _shard_key(work)) as (staging, final):
+        part = scan_part(work.shard, work.index, work.options, work.spool_dir, staging)
+    runs = part.scan.runs
+    runs[:] = [os.path.join(final, os.path.basename(run)) if isinstance(run, str) else run for run in runs]
+    return part
+
+
+def _run_files(part: ShardPart) -> list[str]:
+    return [run for run in part.scan.runs if isinstance(run, str)]
 
 
 def _shard_key(work: ShardWork) -> str:
@@ -69,7 +83,7 @@ def _shard_key(work: ShardWork) -> str:
         "options": work.options.parameters(),
         "shard": storage.to_uri(work.shard),
         "index": work.index,
-        "result": 3,  # ShardPart's layout (rows as compressed runs): results of an older one do not load
+        "result": 4,  # ShardPart's layout (rows as compressed runs or kept files): older ones do not load
     }
     if not storage.is_local(work.shard):
         settings["spool_dir"] = work.spool_dir  # the spooled copy lives for one run only
@@ -171,7 +185,7 @@ def _run(
     try:
         spill_dir = spool_dir if executor.same_machine and not executor.persistent else None
         work = [
-            ShardWork(shard, index, options, spool_dir, digests, spill_dir)
+            ShardWork(shard, index, options, spool_dir, digests, spill_dir, executor.keep_dir)
             for index, shard in enumerate(located)
         ]
         if remote and not executor.same_machine:
@@ -181,6 +195,11 @@ def _run(
                 done(item, parts[-1])
         else:
             parts = executor.map(scan, work, done=done)
+        # A stored result whose kept files are gone is computed again.
+        lost = [index for index, part in enumerate(parts) if not kept.present(_run_files(part))]
+        again = executor.map(scan.cached(False), [work[index] for index in lost])
+        for index, part in zip(lost, again, strict=True):
+            parts[index] = part
         echo(loaded_line(parts))
         if options.merge_shards:
             echo(f"Merging shards into {options.output}")

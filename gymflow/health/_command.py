@@ -9,7 +9,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from typing import Any
 
-from gymflow import lineage, provenance, scratch, storage
+from gymflow import kept, lineage, provenance, scratch, storage
 from gymflow.executor import Executor, LocalExecutor, Step
 from gymflow.health._ranges import (
     EVALUATE_RANGE,
@@ -187,10 +187,17 @@ def _run_locked(
                 plan_.ignored,
                 sha[byte_range.source_index],
                 spill_dir,
+                executor.keep_dir,
             )
             for byte_range in plan_.ranges
         ]
         results = executor.map(EVALUATE_RANGE.cached(use_cache), work, done=done)
+        # A stored result whose kept files are gone (removed by hand, or written on another
+        # machine) is computed again.
+        lost = [index for index, result in enumerate(results) if not kept.present(result.files())]
+        again = executor.map(EVALUATE_RANGE.cached(False), [work[index] for index in lost])
+        for index, result in zip(lost, again, strict=True):
+            results[index] = result
         report = finish(plan_, results, executor)
     if inputs is None:
         inputs = executor.map(HASH_INPUT, located)

@@ -7,7 +7,8 @@ the workers and on disk: a worker sorts the entries of its range's rows into a r
 evaluates them, except the few rows whose place depends on the lines before the range (no task
 index, unreadable), which it spills; once those lines are counted, a sort step places such rows
 into their range's run, and the parent only merges the runs, holding a small batch of entries per
-run at a time.
+run at a time. With a result store on this machine the run files are a stored result's, kept beside
+the store (:mod:`gymflow.kept`), so the orchestrated path holds no rows either.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import math
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import nullcontext, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import PurePath
 
 from gymflow import scratch, storage
@@ -40,6 +41,7 @@ from gymflow.health._runs import (
     write_batches,
 )
 from gymflow.health._vocabulary import CheckId
+from gymflow.kept import kept_files
 
 Progress = Callable[[int], None]
 """Called with a number of bytes just processed."""
@@ -74,6 +76,14 @@ class RangeResult:
     spill: str | None = None
     pending_packed: bytes = b""
     pending_count: int = 0
+    kept: bool = False
+    """The spilled files are a stored result's (:mod:`gymflow.kept`): they stay after the run."""
+
+    def files(self) -> list[str]:
+        """The local files holding the range's rows."""
+        if self.spill is None:
+            return []
+        return [self.spill, self.spill + PENDING] if self.pending_count else [self.spill]
 
     def run(self) -> SortedRun:
         """The sorted run of the rows that need no placement."""
@@ -164,7 +174,7 @@ def finish(
     ``executor`` when it runs on this machine, into local files: beside a spilled range, else in a
     scratch directory; otherwise here, in memory) and merge the runs into the report."""
     sorter = executor if executor is not None and executor.same_machine else None
-    packed = sorter is not None and any(r.spill is None and r.pending_count for r in results)
+    packed = sorter is not None and any((r.spill is None or r.kept) and r.pending_count for r in results)
     with scratch.temporary_dir("runs") if packed else nullcontext("") as runs_dir:
         return _finish(plan_, results, sorter, runs_dir)
 
@@ -191,7 +201,8 @@ def _finish(
         if not result.pending_count:  # its run is ready
             runs.append(result.run())
             continue
-        run_file = result.spill + ".sorted" if result.spill else os.path.join(runs_dir, f"run-{len(jobs)}")
+        beside = result.spill is not None and not result.kept
+        run_file = f"{result.spill}.sorted" if beside else os.path.join(runs_dir, f"run-{len(jobs)}")
         jobs.append((result, placement, None if sorter is None else run_file))
         runs.append(None)
     if sorter is None:
@@ -216,7 +227,7 @@ def _sorted(job: _SortJob, _: SortedRun) -> None:
     """Once its run is sorted, a range's spilled files go (not in the worker: a worker that dies
     after sorting leaves them for the serial retry)."""
     spill = job[0].spill
-    if spill is not None:
+    if spill is not None and not job[0].kept:
         for path in (spill, spill + PENDING):
             with suppress(FileNotFoundError):
                 os.unlink(path)
@@ -225,15 +236,21 @@ def _sorted(job: _SortJob, _: SortedRun) -> None:
 @dataclass(frozen=True, slots=True)
 class RangeWork:
     """One range to evaluate: where its bytes are, what to skip, and (for a result store) the
-    SHA-256 of its input; ``spill_dir``: a local directory for its rows (the direct path)."""
+    SHA-256 of its input; ``spill_dir``: a local directory for its rows (the direct path);
+    ``keep_dir``: where a stored result keeps them (:mod:`gymflow.kept`)."""
 
     byte_range: ByteRange
     ignored: tuple[CheckId, ...]
     input_sha256: str = ""
     spill_dir: str | None = None
+    keep_dir: str | None = None
 
 
 def _evaluate_work(work: RangeWork) -> RangeResult:
+    if work.keep_dir is not None:
+        with kept_files(work.keep_dir, _range_key(work)) as (staging, final):
+            result = evaluate_range(work.byte_range, work.ignored, spill=os.path.join(staging, "rows"))
+        return replace(result, spill=os.path.join(final, "rows"), kept=True)
     spill = None
     if work.spill_dir is not None:
         where = work.byte_range
@@ -250,7 +267,7 @@ def _range_key(work: RangeWork) -> str:
         "range": [where.source_index, where.start, where.end],
         "ignored": sorted(work.ignored),
         "gymflow": __version__,
-        "result": 3,  # RangeResult holds sorted entries and the rows to place, compressed
+        "result": 4,  # RangeResult names kept files, or holds its entries and rows to place, compressed
     }
     return "health-range-" + provenance.cache_key("health-range", parts, []).removeprefix("sha256:")
 
