@@ -36,7 +36,7 @@ __all__ = [
     "unpack_batches",
 ]
 
-RUN_ITEMS = 200_000
+RUN_ITEMS = 50_000
 BATCH = 4_096
 
 

@@ -32,7 +32,7 @@ __all__ = ["GROUP_ROWS", "MetricsFile", "covered", "read_metrics_file", "rollout
 GROUP_ROWS = 1_000
 """Groups (tasks) of each entry the pages show; the rest are counted."""
 
-_CHUNK = 8 << 20
+_CHUNK = 1 << 20
 _INDENTED = b"[\n  {\n"
 _GROUPS_OPEN = b'\n    "group_level_metrics": [\n'
 _GROUPS_CLOSE = b"\n    ]"
