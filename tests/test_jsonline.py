@@ -26,6 +26,7 @@ from gymflow.jsonline import (
     needs_exact_reading,
 )
 from tests.fuzz_lines import SEED, lines, typed
+from tests.integer_edges import orjson_inexact, texts
 
 
 def _exact(line: bytes) -> Any:
@@ -108,33 +109,14 @@ def test_has_long_digits_is_the_regex_answer() -> None:
         assert has_long_digits(text) and type(orjson.loads(text)) is float
 
 
-def _orjson_inexact(data: bytes) -> bool:
-    """Whether orjson reads some number of ``data`` differently from the json module."""
-    import json
-
-    try:
-        return repr(orjson.loads(data)) != repr(json.loads(data))  # 2.0**64 == 2**64: compare types too
-    except ValueError:
-        return False
-
-
 def test_needs_exact_reading_is_true_wherever_orjson_loses_an_integer() -> None:
-    rng = random.Random(SEED)
-    edges = [b"18446744073709551615", b"18446744073709551616", b"-9223372036854775808",
-             b"-9223372036854775809", b"99999999999999999999", b"100000000000000000000"]  # fmt: skip
-    for _ in range(4000):
-        number = rng.choice(edges) if rng.random() < 0.5 else (
-            (b"-" if rng.random() < 0.5 else b"")
-            + str(rng.randrange(1, 10)).encode()
-            + bytes(rng.choice(b"0123456789") for _ in range(rng.randrange(16, 24)))
-        )  # fmt: skip
-        data = b'{"a":[1.5,' + number + b'],"s":"' + rng.choice(edges) + b'"}'
+    for data in texts(random.Random(SEED), 4000):
         needed = needs_exact_reading(data)
-        assert needed or not _orjson_inexact(data), data
+        assert needed or not orjson_inexact(data), data
         assert not needed or has_long_digits(data), data
     # Within orjson's 64-bit ranges, in strings or not: no exact reading.
     for text in (b"18446744073709551615", b"-9223372036854775808", b'"18446744073709551615"', b"7" * 19):
-        assert not needs_exact_reading(text) and not _orjson_inexact(text)
+        assert not needs_exact_reading(text) and not orjson_inexact(text)
     for text in (b"18446744073709551616", b"-9223372036854775809", b"[" + b"1" * 21 + b"]", b"-" + b"1" * 20):
-        assert needs_exact_reading(text) and _orjson_inexact(text)
+        assert needs_exact_reading(text) and orjson_inexact(text)
     assert needs_exact_reading(b'"x18446744073709551616"')  # strings count too: over-approximated
