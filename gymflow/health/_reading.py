@@ -30,8 +30,6 @@ class RecordRead(NamedTuple):
 
     fields: Mapping[str, Any]
     """The record's top-level fields, or at least its identity fields and ``_ng_rollout_id``."""
-    trajectory_present: bool
-    """``ng_trajectory`` is there and not null."""
     trajectory_rollout_id: Any
     """``ng_trajectory.rollout_id`` when ``ng_trajectory`` is an object, else None."""
     trajectory: TrajectoryRecord | None
@@ -76,13 +74,14 @@ def _read_exact(line: bytes) -> RecordRead | dict[str, Any]:
         except TrajectoryUnreadable as exc:
             error = exc.error
     rollout_id = raw.get("rollout_id") if isinstance(raw, dict) else None
-    return RecordRead(record, raw is not None, rollout_id, trajectory, error, transcript_usage(record))
+    return RecordRead(record, rollout_id, trajectory, error, transcript_usage(record))
 
 
-# The free-form fields no check reads: kept as their JSON text. A line the fast way takes nests
-# at most 200 levels (msgspec_agrees), so none of them can break the depth rule (255 levels).
-_UNREAD = ((TrajectoryModelCall, "request"), (TrajectoryToolCall, "output"), (TrajectoryTurn, "question"))
-_Trajectory, _validate = trajectory_decoding(_UNREAD)
+# The free-form fields no check reads (tests/health/test_fast_path.py holds the health package to
+# that): kept as their JSON text. A line the fast way takes nests at most 200 levels
+# (msgspec_agrees), so none of them can break the depth rule (255 levels).
+UNREAD = ((TrajectoryModelCall, "request"), (TrajectoryToolCall, "output"), (TrajectoryTurn, "question"))
+_Trajectory, _validate = trajectory_decoding(UNREAD)
 _UNSET: Any = msgspec.UNSET
 
 
@@ -129,5 +128,5 @@ def _read_fast(line: bytes) -> RecordRead | None:
         fields["_ng_rollout_id"] = record.rollout_id
     usage = response_usage(record.response.usage if record.response is not None else None)
     if trajectory is None:
-        return RecordRead(fields, False, None, None, None, usage)
-    return RecordRead(fields, True, trajectory.rollout_id, cast(TrajectoryRecord, trajectory), None, usage)
+        return RecordRead(fields, None, None, None, usage)
+    return RecordRead(fields, trajectory.rollout_id, cast(TrajectoryRecord, trajectory), None, usage)
