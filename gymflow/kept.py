@@ -15,14 +15,19 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from typing import TypeVar
 
 from gymflow import scratch
 from gymflow.errors import StorageError
+from gymflow.executor import Executor, Step
 from gymflow.storage_faults import os_reason
 
-__all__ = ["kept_files", "present"]
+T = TypeVar("T")
+R = TypeVar("R")
+
+__all__ = ["kept_files", "present", "recompute_lost"]
 
 
 @contextmanager
@@ -34,7 +39,7 @@ def kept_files(root: str, key: str) -> Iterator[tuple[str, str]]:
     try:
         os.makedirs(root, exist_ok=True)
         scratch.sweep(root)
-        staging = tempfile.mkdtemp(prefix=f"gymflow-kept-{os.getpid()}-", dir=root)
+        staging = tempfile.mkdtemp(prefix=scratch.prefix("kept"), dir=root)
     except OSError as exc:
         reason = os_reason(exc)
         raise StorageError(f"{root}: cannot keep the rows of a stored result in it: {reason}") from exc
@@ -51,3 +56,14 @@ def kept_files(root: str, key: str) -> Iterator[tuple[str, str]]:
 def present(paths: Iterable[str]) -> bool:
     """Whether every file a stored result names is still there."""
     return all(os.path.isfile(path) for path in paths)
+
+
+def recompute_lost(
+    executor: Executor, step: Step[T, R], work: Sequence[T], results: list[R], files: Callable[[R], list[str]]
+) -> None:
+    """Replace each of ``results`` whose kept ``files`` are gone (removed by hand, or written on
+    another machine) by ``step`` computed again for its item, refreshing the stored result."""
+    lost = [index for index, result in enumerate(results) if not present(files(result))]
+    again = executor.map(step.cached(False), [work[index] for index in lost])
+    for index, result in zip(lost, again, strict=True):
+        results[index] = result

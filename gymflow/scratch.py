@@ -18,7 +18,7 @@ from contextlib import contextmanager, suppress
 from gymflow.errors import StorageError
 from gymflow.storage_faults import os_reason
 
-__all__ = ["discard", "scratch_dir", "scratch_file", "temporary_dir", "sweep"]
+__all__ = ["discard", "prefix", "scratch_dir", "scratch_file", "temporary_dir", "sweep"]
 
 _ENTRY = re.compile(r"^gymflow-[a-z]+-(?P<pid>\d+)-")
 
@@ -52,7 +52,8 @@ def sweep(directory: str | None = None) -> list[str]:
     return removed
 
 
-def _prefix(what: str) -> str:
+def prefix(what: str) -> str:
+    """``gymflow-<what>-<pid>-``: the start of a scratch entry's name, which :func:`sweep` reads."""
     if not re.fullmatch("[a-z]+", what):  # the sweep must be able to read the pid back
         raise ValueError(f"scratch names are lowercase letters only, not {what!r}")
     return f"gymflow-{what}-{os.getpid()}-"
@@ -62,14 +63,14 @@ def scratch_dir(what: str) -> str:
     """A new directory ``gymflow-<what>-<pid>-...``; the caller removes it when done."""
     sweep()
     with _creating():
-        return tempfile.mkdtemp(prefix=_prefix(what))
+        return tempfile.mkdtemp(prefix=prefix(what))
 
 
 def scratch_file(what: str, suffix: str = "") -> tuple[int, str]:
     """A new file ``gymflow-<what>-<pid>-...<suffix>``, as ``tempfile.mkstemp`` returns it."""
     sweep()
     with _creating():
-        return tempfile.mkstemp(prefix=_prefix(what), suffix=suffix)
+        return tempfile.mkstemp(prefix=prefix(what), suffix=suffix)
 
 
 @contextmanager

@@ -195,11 +195,7 @@ def _run(
                 done(item, parts[-1])
         else:
             parts = executor.map(scan, work, done=done)
-        # A stored result whose kept files are gone is computed again.
-        lost = [index for index, part in enumerate(parts) if not kept.present(_run_files(part))]
-        again = executor.map(scan.cached(False), [work[index] for index in lost])
-        for index, part in zip(lost, again, strict=True):
-            parts[index] = part
+        kept.recompute_lost(executor, scan, work, parts, _run_files)
         echo(loaded_line(parts))
         if options.merge_shards:
             echo(f"Merging shards into {options.output}")

@@ -30,7 +30,14 @@ from pydantic.fields import FieldInfo
 # read_trajectory applies trajectory.py's depth rule (free_form_too_deep) exactly as it does.
 from gymflow.evidence.trajectory import TrajectoryRecord, free_form_too_deep, validate_trajectory
 
-__all__ = ["STRUCTS", "convert_trajectory", "read_trajectory", "struct_converters", "trajectory_decoding"]
+__all__ = [
+    "STRUCTS",
+    "conversations_too_deep",
+    "convert_trajectory",
+    "read_trajectory",
+    "struct_converters",
+    "trajectory_decoding",
+]
 
 _BOUNDS = ("ge", "gt", "le", "lt")
 """The ``annotated_types`` bounds pydantic keeps in field metadata (``Ge(ge=0)``, ...)."""
@@ -291,6 +298,12 @@ def read_trajectory(raw: Any) -> TrajectoryRecord:
         orjson.dumps(raw)
     except TypeError:
         return validate_trajectory(raw)
-    if any(invocation.conversation for invocation in record.invocations) and free_form_too_deep(record):
+    if conversations_too_deep(record):
         return validate_trajectory(raw)
     return record
+
+
+def conversations_too_deep(record: Any) -> bool:
+    """Whether a Struct record breaks the depth rule in a conversation: validation rewrites
+    conversations, so their depth is measured after it (the other free-form values are as read)."""
+    return any(invocation.conversation for invocation in record.invocations) and free_form_too_deep(record)

@@ -192,12 +192,7 @@ def _run_locked(
             for byte_range in plan_.ranges
         ]
         results = executor.map(EVALUATE_RANGE.cached(use_cache), work, done=done)
-        # A stored result whose kept files are gone (removed by hand, or written on another
-        # machine) is computed again.
-        lost = [index for index, result in enumerate(results) if not kept.present(result.files())]
-        again = executor.map(EVALUATE_RANGE.cached(False), [work[index] for index in lost])
-        for index, result in zip(lost, again, strict=True):
-            results[index] = result
+        kept.recompute_lost(executor, EVALUATE_RANGE, work, results, RangeResult.files)
         report = finish(plan_, results, executor)
     if inputs is None:
         inputs = executor.map(HASH_INPUT, located)

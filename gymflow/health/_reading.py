@@ -18,8 +18,8 @@ import orjson
 
 from gymflow._json_agreement import msgspec_agrees
 from gymflow.evidence import TrajectoryModelCall, TrajectoryRecord, TrajectoryUnreadable
-from gymflow.evidence.structs import read_trajectory, trajectory_decoding
-from gymflow.evidence.trajectory import TrajectoryToolCall, TrajectoryTurn, free_form_too_deep
+from gymflow.evidence.structs import conversations_too_deep, read_trajectory, trajectory_decoding
+from gymflow.evidence.trajectory import TrajectoryToolCall, TrajectoryTurn
 from gymflow.health._observed import response_usage, transcript_usage
 
 _ASCII_WHITESPACE = b" \t\n\r\x0b\x0c"
@@ -119,10 +119,8 @@ def _read_fast(line: bytes) -> RecordRead | None:
             _validate(trajectory)
     except Exception:  # noqa: BLE001 - any doubt goes the exact way
         return None
-    # Validation rewrites conversations: their depth is measured after it, as read_trajectory does.
-    if trajectory is not None and any(item.conversation for item in trajectory.invocations):
-        if free_form_too_deep(trajectory):
-            return None
+    if trajectory is not None and conversations_too_deep(trajectory):
+        return None
     fields = {name: value for name, field in _FIELDS if (value := getattr(record, field)) is not _UNSET}
     if record.rollout_id is not _UNSET:
         fields["_ng_rollout_id"] = record.rollout_id
