@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import time
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
@@ -24,6 +26,28 @@ def _fail_first(value: int, directory: str) -> int:
     time.sleep(0.3)
     Path(directory, str(value)).touch()
     return value
+
+
+class _Node:
+    def __init__(self) -> None:
+        self.me = self
+
+
+_LEFT: list[weakref.ref[_Node]] = []
+"""In a worker: the cycles its earlier items left."""
+
+
+def _leave_a_cycle(_: int) -> int:
+    gc.disable()  # as a parse loop does (gymflow.collector.paused_gc)
+    alive = sum(ref() is not None for ref in _LEFT)
+    _LEFT.append(weakref.ref(_Node()))
+    return alive
+
+
+def test_a_worker_frees_what_an_item_left_before_the_next() -> None:
+    with parallel.Workers(2, what="leaving cycles") as workers:
+        results = workers.map(_leave_a_cycle, list(range(8)))
+    assert results == [0] * 8
 
 
 def test_rounds_share_one_pool_and_it_is_gone_after_the_block() -> None:
