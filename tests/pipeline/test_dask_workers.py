@@ -59,6 +59,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, prefect_url: str) -> Itera
                 "--port",
                 "0",
                 "--no-dashboard",
+                # Its HTTP routes bind 8787 even without the dashboard: a LocalCluster started by
+                # another test at the same time would warn that the port is taken (a failure here).
+                "--dashboard-address",
+                "127.0.0.1:0",
                 "--scheduler-file",
                 str(scheduler_file),
             ],
