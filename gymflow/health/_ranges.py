@@ -6,8 +6,8 @@ flow composes as tasks, so both paths write identical bytes. The direct path kee
 the workers and on disk: a worker sorts the entries of its range's rows into a run file as it
 evaluates them, except the few rows whose place depends on the lines before the range (no task
 index, unreadable), which it spills; once those lines are counted, a sort step places such rows
-into their range's run, and the parent only merges the runs, holding a small batch of entries per
-run at a time. With a result store on this machine the run files are a stored result's, kept beside
+into a run of their own, and the parent only merges the runs (by key, then input order), holding a
+small batch of entries per run at a time. With a result store on this machine the run files are a stored result's, kept beside
 the store (:mod:`gymflow.kept`), so the orchestrated path holds no rows either.
 """
 
@@ -170,9 +170,10 @@ def evaluate_range(
 def finish(
     plan_: HealthPlan, results: Sequence[RangeResult], executor: Executor | None = None
 ) -> HealthReport:
-    """Place the range-local rows that need it, sort them into their range's run (as steps of
-    ``executor`` when it runs on this machine, into local files: beside a spilled range, else in a
-    scratch directory; otherwise here, in memory) and merge the runs into the report."""
+    """Place the range-local rows that need it and sort them into a run of each range's own (as
+    steps of ``executor`` when it runs on this machine, into local files: beside a spilled range,
+    else in a scratch directory; otherwise here, in memory), and merge all the runs into the
+    report: the ranges' runs stay as they were written."""
     sorter = executor if executor is not None and executor.same_machine else None
     packed = sorter is not None and any((r.spill is None or r.kept) and r.pending_count for r in results)
     with scratch.temporary_dir("runs") if packed else nullcontext("") as runs_dir:
@@ -184,7 +185,8 @@ def _finish(
 ) -> HealthReport:
     ordered = sorted(results, key=lambda r: (r.byte_range.source_index, r.byte_range.start))
     jobs: list[_SortJob] = []
-    runs: list[SortedRun | None] = []  # None: the run of the next job
+    offsets: list[int] = []  # the ordinal of each job's range's first row
+    runs: list[tuple[Iterator[Entry], int]] = []
     stats = RunStats()
     line_offset = ordinal_offset = 0
     current_source = -1
@@ -196,41 +198,39 @@ def _finish(
         # The name comes from this run's plan: a cached range result may have been computed
         # from the same bytes under another path.
         placement = Placement(source, source_file_name(plan_.paths[source]), line_offset, ordinal_offset)
+        runs.append((result.run().entries(), ordinal_offset))
+        if result.pending_count:
+            beside = result.spill is not None and not result.kept
+            run_file = f"{result.spill}.placed" if beside else os.path.join(runs_dir, f"run-{len(jobs)}")
+            jobs.append((result, placement, None if sorter is None else run_file))
+            offsets.append(ordinal_offset)
         line_offset += result.physical_lines
         ordinal_offset += result.row_count
-        if not result.pending_count:  # its run is ready
-            runs.append(result.run())
-            continue
-        beside = result.spill is not None and not result.kept
-        run_file = f"{result.spill}.sorted" if beside else os.path.join(runs_dir, f"run-{len(jobs)}")
-        jobs.append((result, placement, None if sorter is None else run_file))
-        runs.append(None)
     if sorter is None:
-        sorted_runs = iter([_sort_job(job) for job in jobs])
+        placed = [_sort_job(job) for job in jobs]
     else:
-        sorted_runs = iter(sorter.map(SORT_RUN, jobs, done=_sorted))
-    ready = [next(sorted_runs) if run is None else run for run in runs]
-    return merge_runs([run.entries() for run in ready], plan_.ignored, stats)
+        placed = sorter.map(SORT_RUN, jobs, done=_sorted)
+    runs += [(run.entries(), offset) for run, offset in zip(placed, offsets, strict=True)]
+    return merge_runs(runs, plan_.ignored, stats)
 
 
 _SortJob = tuple[RangeResult, Placement, str | None]
-"""A range with rows to place, where it stands, and the local file for its sorted run (in a
-worker)."""
+"""A range with rows to place, where it stands, and the local file for the sorted run of those
+rows (in a worker)."""
 
 
 def _sort_job(job: _SortJob) -> SortedRun:
     result, placement, run_file = job
-    return sort_rows(result.pending(), placement, spill=run_file, held=result.run().entries())
+    return sort_rows(result.pending(), placement, spill=run_file)
 
 
 def _sorted(job: _SortJob, _: SortedRun) -> None:
-    """Once its run is sorted, a range's spilled files go (not in the worker: a worker that dies
-    after sorting leaves them for the serial retry)."""
+    """Once its rows are placed, a range's spilled file of them goes (not in the worker: a worker
+    that dies after sorting leaves it for the serial retry)."""
     spill = job[0].spill
     if spill is not None and not job[0].kept:
-        for path in (spill, spill + PENDING):
-            with suppress(FileNotFoundError):
-                os.unlink(path)
+        with suppress(FileNotFoundError):
+            os.unlink(spill + PENDING)
 
 
 @dataclass(frozen=True, slots=True)

@@ -240,9 +240,10 @@ class _Reducer:
 
 
 def merge_runs(
-    runs: Iterable[Iterator[Entry]], ignored: tuple[CheckId, ...], stats: RunStats
+    runs: Sequence[tuple[Iterator[Entry], int]], ignored: tuple[CheckId, ...], stats: RunStats
 ) -> HealthReport:
-    """Merge sorted runs (earlier runs first among equal keys) into the report."""
+    """Merge sorted runs, each with the ordinal of its range's first row, into the report
+    (:func:`~gymflow.health._runs.merge_entries`)."""
     reducer = _Reducer(ignored)
     mark_duplicates = "rollout_duplicate_identity" not in reducer.ignored_set
     paths: list[str] = []
@@ -336,7 +337,7 @@ def summary_bytes(summary: QualitySummary) -> bytes:
 def build_report(rows: list[RowResult], ignored: tuple[CheckId, ...], stats: RunStats) -> HealthReport:
     """The report of rows held in memory (in input order, range-local numbering of one input)."""
     run = sort_rows(rows, Placement(0, "", 0, 0))
-    return merge_runs([run.entries()], ignored, stats)
+    return merge_runs([(run.entries(), 0)], ignored, stats)
 
 
 def write_reports_digested(report: HealthReport, report_dir: str) -> tuple[FileDigest, FileDigest]:

@@ -252,14 +252,11 @@ def unpack_rows(packed: bytes) -> Iterator[RowResult]:
     return unpack_batches(packed)
 
 
-def sort_rows(
-    rows: Iterable[RowResult], placement: Placement, spill: str | None = None, held: Iterable[Entry] = ()
-) -> SortedRun:
-    """Place range-local rows (see :meth:`RowResult.place`), sort their entries, with the entries
-    ``held`` of the range's other rows, into report order (input order among equal keys) and keep
-    the run in memory, or write it to ``spill``."""
+def sort_rows(rows: Iterable[RowResult], placement: Placement, spill: str | None = None) -> SortedRun:
+    """Place range-local rows (see :meth:`RowResult.place`), sort their entries into report order
+    (input order among equal keys) and keep the run in memory, or write it to ``spill``."""
     source, name, line_offset, ordinal_offset = placement
-    entries = list(held)
+    entries = []
     for row in rows:
         position = row.ordinal
         row.place(source, name, line_offset, ordinal_offset)
@@ -271,26 +268,34 @@ def sort_rows(
     return SortedRun(path=spill)
 
 
-def merge_entries(runs: Iterable[Iterator[Entry]]) -> Iterator[Entry]:
-    """The entries of sorted runs in one sorted stream, earlier runs first among equal keys.
+def merge_entries(runs: Sequence[tuple[Iterator[Entry], int]]) -> Iterator[Entry]:
+    """The entries of sorted runs, each with the ordinal of its range's first row, in one sorted
+    stream: by key, then input order (an entry's ordinal is its range's plus its ``position``).
 
     Runs of rows written in task order barely overlap, so each run is drained while its entries
     stay below the next run's head: one comparison per entry, the heap only where runs meet.
     """
-    iterators = list(runs)
+    iterators = [entries for entries, _ in runs]
+    offsets = [offset for _, offset in runs]
     heads: list[Entry | None] = [next(iterator, None) for iterator in iterators]
-    heap = [(head.key, index) for index, head in enumerate(heads) if head is not None]
+    heap = [
+        (head.key, offsets[index] + head.position, index)
+        for index, head in enumerate(heads)
+        if head is not None
+    ]
     heapq.heapify(heap)
     while heap:
-        _, index = heapq.heappop(heap)
+        _, _, index = heapq.heappop(heap)
         head = heads[index]
         assert head is not None
         yield head
+        offset = offsets[index]
         bound = heap[0] if heap else None
         for item in iterators[index]:
-            if bound is None or (item.key, index) < bound:
+            place = (item.key, offset + item.position, index)
+            if bound is None or place < bound:
                 yield item
                 continue
             heads[index] = item
-            heapq.heappush(heap, (item.key, index))
+            heapq.heappush(heap, place)
             break

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import warnings
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,9 @@ import pytest
 from gymflow import parallel
 from gymflow.cli import main
 from gymflow.health import HealthOptions, _ranges, run_health
+from gymflow.health._evaluate import RunStats, evaluate_line
+from gymflow.health._report import merge_runs
+from gymflow.health._runs import Placement, sort_rows
 from tests.health.builders import Outcome, call, health, record, trajectory, turn, write_lines
 
 
@@ -157,6 +161,41 @@ def test_h77_identical_bytes_for_any_worker_count(tmp_path: Path, monkeypatch: p
         assert len(outcome.rows) == 143
         outputs.add((outcome.summary_bytes, outcome.verdict_bytes))
     assert len(outputs) == 1
+
+
+def test_rows_placed_after_their_range_keep_input_order_among_equal_keys(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows without a task index take their ordinal as task, so they share keys with rows whose
+    task index is that number, in ranges before and after theirs; unreadable rows too. The report
+    cut into many ranges is the report of one sort of every row by key, then input order."""
+    rows: list[object] = []
+    for i in range(160):
+        if i % 5 == 0:
+            rows.append(
+                {"_ng_rollout_index": 0, "response": {"usage": {"input_tokens": i, "output_tokens": 1}}}
+            )
+        elif i % 11 == 0:
+            rows.append("{bad")
+        else:
+            rows.append(record(i % 7 * 25 + i % 3 * 5, 0, usage=(i, 2)))  # tasks 0..160 by 5s, often twice
+    path = write_lines(tmp_path / "rollouts.jsonl", rows)
+    stats = RunStats()
+    evaluated = [
+        evaluate_line(text, n, n - 1, frozenset(), stats)
+        for n, text in enumerate(path.read_bytes().splitlines(), 1)
+    ]
+    one_sort = sort_rows(evaluated, Placement(0, _ranges.source_file_name(str(path)), 0, 0))
+    expected = merge_runs([(one_sort.entries(), 0)], (), stats)
+    expected_bytes = Path(expected.verdicts_path).read_bytes()
+    monkeypatch.setattr(_ranges, "RANGE_BYTES", 4096)
+    for workers in (1, 2):
+        out_dir = tmp_path / f"w{workers}"
+        run_health(HealthOptions((str(path),), report_dir=str(out_dir), workers=workers, use_cache=False))
+        assert Outcome(out_dir).verdict_bytes == expected_bytes
+    # The keyless row at ordinal i (every 5th) takes task i: many share it with rows elsewhere.
+    shared = Counter((row["_ng_task_index"], row["_ng_rollout_index"]) for row in Outcome(out_dir).rows)
+    assert sum(shared[ordinal, 0] > 1 for ordinal in range(0, 160, 5)) >= 10
 
 
 def test_h77_pool_unavailable_or_broken_falls_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
