@@ -26,10 +26,12 @@ from __future__ import annotations
 import math
 import statistics
 from array import array
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeGuard
 
-__all__ = ["TOKEN_FIELDS", "Column", "PerfAccumulator", "percentile", "perf_summary"]
+from gymflow.ranks import at_ranks
+
+__all__ = ["TOKEN_FIELDS", "Column", "PerfAccumulator", "percentiles", "perf_summary"]
 
 TOKEN_FIELDS: tuple[str, ...] = (
     "prompt_tokens",
@@ -46,24 +48,36 @@ def _is_number(value: object) -> TypeGuard[int | float]:
     return isinstance(value, int | float)
 
 
-def percentile(sorted_values: list[float] | list[Number], q: float) -> float:
-    """Linear-interpolation percentile at position ``q * (n - 1)`` of already sorted values.
+def percentiles(values: Sequence[Number], quantiles: Sequence[float]) -> list[float]:
+    """Linear-interpolation percentile at position ``q * (n - 1)`` of ``values``, for each ``q``.
 
     Bit-compatible with ``numpy.percentile(values, 100 * q)`` (its default "linear" method, including
     numpy's two-sided interpolation formula).
     """
-    n = len(sorted_values)
+    n = len(values)
     if n == 0:
         raise ValueError("percentile of no values")
-    position = (n - 1) * q
-    below = math.floor(position)
-    gamma = position - below
-    lower = float(sorted_values[min(below, n - 1)])
-    upper = float(sorted_values[min(below + 1, n - 1)])
-    diff = upper - lower
-    if gamma >= 0.5:
-        return upper - diff * (1 - gamma)
-    return lower + diff * gamma
+    places = []
+    for q in quantiles:
+        position = (n - 1) * q
+        below = math.floor(position)
+        places.append((min(below, n - 1), min(below + 1, n - 1), position - below))
+    found = at_ranks(values, [rank for below, above, _ in places for rank in (below, above)])
+    out = []
+    for index, (_, _, gamma) in enumerate(places):
+        lower, upper = float(found[2 * index]), float(found[2 * index + 1])
+        diff = upper - lower
+        out.append(upper - diff * (1 - gamma) if gamma >= 0.5 else lower + diff * gamma)
+    return out
+
+
+def _median(values: Sequence[Number]) -> Number:
+    """``statistics.median``: the middle value (of its type), or the halved sum of the two middle ones."""
+    middle = len(values) // 2
+    if len(values) % 2:
+        return at_ranks(values, [middle])[0]
+    low, high = at_ranks(values, [middle - 1, middle])
+    return (low + high) / 2
 
 
 class Column:
@@ -183,25 +197,25 @@ class PerfAccumulator:
         for name, values in self._tokens.items():
             if values:
                 out[f"mean_{name}"] = statistics.fmean(values)
-                out[f"median_{name}"] = statistics.median(values)
+                out[f"median_{name}"] = _median(values.values)
                 out[f"total_{name}"] = sum(values)
         if self._turns:
             turns = self._turns
-            ordered = sorted(turns)
+            lowest, highest = at_ranks(turns.values, [0, len(turns) - 1])
             out["mean_num_turns"] = statistics.fmean(turns)
-            out["median_num_turns"] = statistics.median(turns)
+            out["median_num_turns"] = _median(turns.values)
             out["std_num_turns"] = float(statistics.pstdev(turns))
-            out["min_num_turns"] = ordered[0]
-            out["p90_num_turns"] = percentile(ordered, 0.9)
-            out["max_num_turns"] = ordered[-1]
+            out["min_num_turns"] = lowest
+            out["p90_num_turns"] = percentiles(turns.values, [0.9])[0]
+            out["max_num_turns"] = highest
         if self._per_turn:
             out["mean_tokens_per_turn"] = statistics.fmean(self._per_turn)
-            out["median_tokens_per_turn"] = statistics.median(self._per_turn)
+            out["median_tokens_per_turn"] = _median(self._per_turn.values)
         if self._latency:
-            ordered_latency = sorted(self._latency)
-            out["total_latency_p50_ms"] = percentile(ordered_latency, 0.5)
-            out["total_latency_p90_ms"] = percentile(ordered_latency, 0.9)
-            out["total_latency_p99_ms"] = percentile(ordered_latency, 0.99)
+            p50, p90, p99 = percentiles(self._latency.values, [0.5, 0.9, 0.99])
+            out["total_latency_p50_ms"] = p50
+            out["total_latency_p90_ms"] = p90
+            out["total_latency_p99_ms"] = p99
             out["total_latency_mean_ms"] = statistics.fmean(self._latency)
         return out
 

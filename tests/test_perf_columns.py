@@ -9,7 +9,7 @@ import statistics
 from array import array
 from typing import Any
 
-from gymflow.perf_summary import TOKEN_FIELDS, Column, PerfAccumulator, percentile
+from gymflow.perf_summary import TOKEN_FIELDS, Column, PerfAccumulator, percentiles
 
 
 def _column(*values: Any) -> Column:
@@ -74,7 +74,7 @@ def _reference(items: list[Any]) -> dict[str, Any] | None:
             "median_num_turns": statistics.median(turns),
             "std_num_turns": float(statistics.pstdev(turns)),
             "min_num_turns": ordered[0],
-            "p90_num_turns": percentile(ordered, 0.9),
+            "p90_num_turns": percentiles(turns, [0.9])[0],
             "max_num_turns": ordered[-1],
         }
     per_turn = [
@@ -89,11 +89,10 @@ def _reference(items: list[Any]) -> dict[str, Any] | None:
         out["median_tokens_per_turn"] = statistics.median(per_turn)
     latency = numbers("total_latency_ms")
     if latency:
-        ordered_latency = sorted(latency)
         out |= {
-            "total_latency_p50_ms": percentile(ordered_latency, 0.5),
-            "total_latency_p90_ms": percentile(ordered_latency, 0.9),
-            "total_latency_p99_ms": percentile(ordered_latency, 0.99),
+            "total_latency_p50_ms": percentiles(latency, [0.5])[0],
+            "total_latency_p90_ms": percentiles(latency, [0.9])[0],
+            "total_latency_p99_ms": percentiles(latency, [0.99])[0],
             "total_latency_mean_ms": statistics.fmean(latency),
         }
     return out

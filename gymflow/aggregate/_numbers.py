@@ -13,9 +13,10 @@ import sys
 from collections.abc import Callable, Iterable, Sequence
 
 from gymflow.aggregate._tdist import T975
-from gymflow.perf_summary import percentile
+from gymflow.perf_summary import percentiles
+from gymflow.ranks import at_ranks
 
-__all__ = ["mean", "median", "pairwise_sum", "percentile", "sample_std", "sequential_sum", "t975"]
+__all__ = ["mean", "median", "pairwise_sum", "percentiles", "sample_std", "sequential_sum", "t975"]
 
 _BLOCK = 128
 _Z975 = 1.959963984540054
@@ -61,12 +62,11 @@ def mean(values: Sequence[float]) -> float:
 
 def median(values: Sequence[float]) -> float:
     """Middle value, or the mean of the two middle values for an even count (as ``numpy.median``)."""
-    ordered = sorted(values)
-    n = len(ordered)
-    middle = n // 2
-    if n % 2:
-        return float(ordered[middle])
-    return (ordered[middle - 1] + ordered[middle]) / 2.0
+    middle = len(values) // 2
+    if len(values) % 2:
+        return float(at_ranks(values, [middle])[0])
+    low, high = at_ranks(values, [middle - 1, middle])
+    return (low + high) / 2.0
 
 
 def sample_std(values: Sequence[float]) -> float:

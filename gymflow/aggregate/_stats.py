@@ -14,12 +14,13 @@ from gymflow.aggregate._numbers import (
     mean,
     median,
     pairwise_sum,
-    percentile,
+    percentiles,
     sample_std,
     sequential_sum,
     t975,
 )
 from gymflow.aggregate._rows import RowFacts
+from gymflow.ranks import at_ranks
 
 __all__ = [
     "NON_PRIMARY_NAMES",
@@ -219,15 +220,16 @@ def repeat_statistics(values_by_field: Mapping[str, Sequence[float]], warnings: 
         average = mean(values)
         std = sample_std(values) if count >= 2 else 0.0
         sem = std / math.sqrt(count)
-        ordered = sorted(values)
+        lowest, highest = at_ranks(values, [0, count - 1])
+        p25, p75 = percentiles(values, [0.25, 0.75])
         out[f"mean/{name}"] = average
         out[f"median/{name}"] = median(values)
         out[f"std/{name}"] = std
         out[f"sem/{name}"] = sem
-        out[f"min/{name}"] = ordered[0]
-        out[f"max/{name}"] = ordered[-1]
-        out[f"p25/{name}"] = percentile(ordered, 0.25)
-        out[f"p75/{name}"] = percentile(ordered, 0.75)
+        out[f"min/{name}"] = lowest
+        out[f"max/{name}"] = highest
+        out[f"p25/{name}"] = p25
+        out[f"p75/{name}"] = p75
         if count >= 2:
             low, high = _interval(average, sem, count, warnings)
             out[f"ci_low_95/{name}"] = low

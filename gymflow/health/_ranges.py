@@ -7,8 +7,9 @@ the workers and on disk: a worker sorts the entries of its range's rows into a r
 evaluates them, except the few rows whose place depends on the lines before the range (no task
 index, unreadable), which it spills; once those lines are counted, a sort step places such rows
 into a run of their own, and the parent only merges the runs (by key, then input order), holding a
-small batch of entries per run at a time. With a result store on this machine the run files are a stored result's, kept beside
-the store (:mod:`gymflow.kept`), so the orchestrated path holds no rows either.
+small batch of entries per run at a time. With a result store on this machine the run files are a
+stored result's, kept beside the store (:mod:`gymflow.kept`), so the orchestrated path holds no
+rows either.
 """
 
 from __future__ import annotations

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import math
+from array import array
 
 import pytest
 
 from gymflow.aggregate import DuplicateRolloutError, ScoreSpec, group_metrics, highest_k_metrics, pass_at_k
-from gymflow.aggregate._numbers import pairwise_sum, percentile, sample_std, t975
+from gymflow.aggregate._numbers import median, pairwise_sum, percentiles, sample_std, t975
 from gymflow.perf_summary import perf_summary
 
 from .rows import W1, facts, row, usage
@@ -493,9 +494,10 @@ def test_numbers_match_numpy_rounding() -> None:
         assert pairwise_sum(values) == float(np.sum(np.array(values)))
         if n > 1:
             assert sample_std(values) == float(np.std(np.array(values), ddof=1))
-        ordered = sorted(values)
-        for q in (0.25, 0.5, 0.75, 0.9, 0.99):
-            assert percentile(ordered, q) == float(np.percentile(np.array(values), 100 * q))
+        quantiles = (0.25, 0.5, 0.75, 0.9, 0.99)
+        expected = [float(np.percentile(np.array(values), 100 * q)) for q in quantiles]
+        assert percentiles(array("d", values), quantiles) == percentiles(values, quantiles) == expected
+        assert median(array("d", values)) == median(values) == float(np.median(np.array(values)))
 
 
 def test_t_quantiles() -> None:

@@ -1,0 +1,29 @@
+"""Order statistics: the values ``sorted(values)`` holds at a few ranks, without sorting.
+
+A typed array of float64 or int64 values is read by a selection in C (:mod:`gymflow._ranks`:
+a copy of 8 bytes a value, expected linear time) rather than sorted into a list of Python objects
+(about 32 bytes a value, and n log n); anything else, and an array holding a NaN, is sorted as
+before. Either way the answer is ``sorted``'s, value, type and sign of zero alike.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Sequence
+
+from gymflow import _ranks
+
+__all__ = ["at_ranks"]
+
+Number = int | float
+
+
+def at_ranks(values: Sequence[Number], ranks: Sequence[int]) -> list[Number]:
+    """``[sorted(values)[rank] for rank in ranks]``, each rank in ``range(len(values))``."""
+    if isinstance(values, array) and values.typecode in ("d", "q"):
+        try:
+            return list(_ranks.at_ranks(values, tuple(ranks)))
+        except ValueError:  # a NaN: its place is wherever sorted's comparisons leave it
+            pass
+    ordered = sorted(values)
+    return [ordered[rank] for rank in ranks]
