@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gymflow.aggregate._metrics import group_metrics
-from gymflow.aggregate._rows import RowFacts, ScoreSpec, extract
+from gymflow.aggregate._rows import ScoreSpec, extract
 from gymflow.aggregate._scan import NO_AGENT, GroupRef, ScanRow, ShardScan
 from gymflow.aggregate._sidecars import ShardSidecars
-from gymflow.aggregate._spill import GroupStore, merge_order, shard_rows
+from gymflow.aggregate._spill import GroupFacts, merge_order, shard_rows
 from gymflow.collector import paused_gc
 from gymflow.errors import InputError
 from gymflow.perf_summary import PerfAccumulator
@@ -149,23 +149,19 @@ def _reduce(
 ) -> Reduction:
     lines: list[str] = []
     warnings: list[str] = []
-    rows: dict[str, list[RowFacts] | GroupStore] = {}
+    facts_of = GroupFacts(spill=any(scan.runs for scan in scans))
+    rows = facts_of.groups
     counts: dict[str, int] = {}
     groups: dict[str, GroupRef] = {}
     perf: dict[str, PerfAccumulator] = {}
     carried: dict[str, set[str]] = {}
     anonymous_rows = 0
-    spill = any(scan.runs for scan in scans)
     duplicates = _Duplicates()
     for row in merge_order(scans):  # each group's rows in key order
         duplicates.add(row)
         key = row.group.key
-        held = rows.get(key)
-        if held is None:
-            held = rows[key] = GroupStore() if spill else []
-            counts[key] = 0
-        held.append(row.facts)
-        counts[key] += 1
+        facts_of.append(key, row.facts)
+        counts[key] = counts.get(key, 0) + 1
         if key == NO_AGENT and not row.group.is_environment:
             anonymous_rows += 1
     duplicates.check(scans)
@@ -195,7 +191,7 @@ def _reduce(
     def add(ref: GroupRef, row: dict[str, Any]) -> None:
         facts = extract(row, settings.pass_majority)
         groups.setdefault(ref.key, ref)
-        rows.setdefault(ref.key, GroupStore() if spill else []).append(facts)
+        facts_of.append(ref.key, facts)
         counts[ref.key] = counts.get(ref.key, 0) + 1
         perf.setdefault(ref.key, PerfAccumulator()).add(None)
         scored_ids.add((ref.key, facts.task, facts.rollout))

@@ -3,9 +3,9 @@
 A shard's rows are sorted by key (task, rollout) and written as *runs* (a scan whose result is
 cached, in Prefect's result store, keeps each run as the bytes such a file would hold: they
 pickle as one string, not one object per field, and take a fraction of the rows' memory); the
-reduce step merges
-every shard's runs into the merge order, and writes each group's facts, in that order, to a
-:class:`GroupStore` that the group's metrics read as often as they need. A file holds pickled
+reduce step merges every shard's runs into the merge order and keeps each group's facts, in that
+order (:class:`GroupFacts`: in lists up to a bound on them all, beyond it in a :class:`GroupStore`
+each), for the group's metrics to read as often as they need. A file holds pickled
 batches of plain tuples (a row costs some tens of bytes there); reading keeps one batch.
 """
 
@@ -18,13 +18,14 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
-from gymflow import scratch
+from gymflow import scratch, spill
 from gymflow.aggregate._rows import RowFacts, shared_names
 from gymflow.aggregate._scan import ScanRow, ShardScan
 from gymflow.spill import BatchWriter, pack_batches, read_batches, unpack_batches
 
 __all__ = [
-    "GroupStore", "merge_order", "pack_run", "read_run", "shard_rows", "sort_key", "spiller", "write_run",
+    "GroupFacts", "GroupStore", "merge_order", "pack_run", "read_run", "shard_rows", "sort_key", "spiller",
+    "write_run",
 ]  # fmt: skip
 
 _BATCH = 512
@@ -135,3 +136,33 @@ class GroupStore:
     def __iter__(self) -> Iterator[RowFacts]:
         self.close()
         return (_facts(item) for item in read_batches(self.path))
+
+
+class GroupFacts:
+    """Every group's facts, in key order, by group key: in lists while they number at most
+    :data:`~gymflow.spill.RUN_ITEMS` in all (or the scans held their rows in memory), else each
+    group in a :class:`GroupStore` (the lists held so far are written to theirs). A group's
+    metrics read its facts three times: from a list, that costs nothing."""
+
+    def __init__(self, spill: bool) -> None:
+        self._spill = spill
+        self._held = 0
+        self.groups: dict[str, list[RowFacts] | GroupStore] = {}
+
+    def append(self, key: str, facts: RowFacts) -> None:
+        group = self.groups.get(key)
+        if group is None:
+            group = self.groups[key] = GroupStore() if self._spill and self._held > spill.RUN_ITEMS else []
+        if type(group) is list:
+            self._held += 1
+            if self._spill and self._held > spill.RUN_ITEMS:
+                self._store_all()
+                group = self.groups[key]
+        group.append(facts)
+
+    def _store_all(self) -> None:
+        for key, held in self.groups.items():
+            if type(held) is list:
+                store = self.groups[key] = GroupStore()
+                for facts in held:
+                    store.append(facts)

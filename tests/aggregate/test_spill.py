@@ -8,9 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from gymflow import spill
 from gymflow.aggregate import AggregateOptions, ReduceSettings, merge_and_reduce, scan_part
 from gymflow.aggregate import _scan as scan_module
+from gymflow.aggregate import _spill as spill_module
 from gymflow.aggregate._metrics_writing import metrics_bytes
+from gymflow.aggregate._spill import GroupStore
 
 from .rows import row, usage, write_jsonl
 
@@ -51,6 +54,17 @@ def test_spilled_runs_give_the_bytes_of_packed_runs(tmp_path: Path, monkeypatch:
     assert held[2] == 3 and spilled[2] > 3 * 5
     assert spilled[:2] == held[:2]
     assert held[0].count(b"\n") == 120
+    # Beyond spill.RUN_ITEMS facts in all, every group's facts go to a scratch store mid-reduce.
+    monkeypatch.setattr(spill, "RUN_ITEMS", 10)
+    stores: list[GroupStore] = []
+
+    def counted() -> GroupStore:
+        stores.append(GroupStore())
+        return stores[-1]
+
+    monkeypatch.setattr(spill_module, "GroupStore", counted)
+    stored = _aggregate(glob, tmp_path / "stored.jsonl", str(tmp_path / "spill"))
+    assert len(stores) == 2 and stored[:2] == held[:2]
 
 
 def test_no_scratch_store_outlives_a_failed_reduce(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -61,6 +75,7 @@ def test_no_scratch_store_outlives_a_failed_reduce(tmp_path: Path, monkeypatch: 
     from gymflow.errors import InputError
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(spill, "RUN_ITEMS", 2)  # the groups' facts in scratch stores
     for index in range(2):
         write_jsonl(tmp_path / "s" / f"{index}.jsonl", [row(t, 0, 1.0) for t in range(5)])
     (tmp_path / "spill").mkdir()
