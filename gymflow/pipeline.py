@@ -14,11 +14,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import orjson
 
-from gymflow import storage
+from gymflow import collector, storage
 from gymflow.aggregate import AggregateOptions, AggregateOutcome
 from gymflow.errors import GymflowError
 from gymflow.executor import Executor
@@ -37,6 +37,8 @@ HEALTH_FAILED = "Rollout health checks failed after aggregation; aggregate artif
 _RAW_EVIDENCE = ("ng_model_call_capture", "ng_agent_observations")
 
 
+_Outcome = TypeVar("_Outcome")
+
 Reverify = Callable[[ReverifyOptions, Mapping[str, Any], Echo], ReverifyOutcome]
 """How a pipeline re-verifies (the direct path: :func:`gymflow.reverify.run_reverify`)."""
 
@@ -54,40 +56,42 @@ class Runner:
     outcomes: list[object] = field(default_factory=list)
     """Every command's outcome, in order (the flows publish each)."""
 
+    def _done(self, outcome: _Outcome) -> _Outcome:
+        """A step is over: keep its outcome, give back the memory it freed (the next step's
+        workers start beside this process)."""
+        self.outcomes.append(outcome)
+        collector.release_memory()
+        return outcome
+
     def aggregate(self, options: AggregateOptions, echo: Echo) -> AggregateOutcome:
         from gymflow.aggregate import run_aggregate
 
         outcome = run_aggregate(options, self.ctx, self.executor, echo, self.progress)
-        self.outcomes.append(outcome)
-        return outcome
+        return self._done(outcome)
 
     def join(self, settings: JoinSettings, use_cache: bool, workers: int) -> JoinResult:
         from gymflow.join import run_join
 
         result = run_join(settings, self.ctx, self.executor, use_cache=use_cache, workers=workers)
-        self.outcomes.append(result)
-        return result
+        return self._done(result)
 
     def health(self, options: HealthOptions) -> HealthOutcome:
         from gymflow.health import run_health
 
         outcome = run_health(options, self.ctx, self.executor)
-        self.outcomes.append(outcome)
-        return outcome
+        return self._done(outcome)
 
     def healthy_metrics(self, options: HealthyOptions) -> HealthyOutcome:
         from gymflow.healthy import run_healthy_metrics
 
         outcome = run_healthy_metrics(options, self.ctx, self.executor)
-        self.outcomes.append(outcome)
-        return outcome
+        return self._done(outcome)
 
     def reverify_step(
         self, options: ReverifyOptions, gym_config: Mapping[str, Any], echo: Echo
     ) -> ReverifyOutcome:
         outcome = self.reverify(options, gym_config, echo)
-        self.outcomes.append(outcome)
-        return outcome
+        return self._done(outcome)
 
     def report_html(self, run: str, summary: PipelineSummary, use_cache: bool) -> StepReport:
         """``RUN/report.html`` (:mod:`gymflow.view`) through the executor, like every report write;
