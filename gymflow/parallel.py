@@ -58,16 +58,18 @@ def _submit(executor: Executor, function: Callable[..., R], *args: Any) -> Futur
 
 
 def _in_worker(function: Callable[..., R], *args: Any) -> R:
-    """``function(*args)``, then the memory it freed goes back (:func:`collector.release_memory`;
-    the free lists a worker fills while it parses: 5-6 MB after a 32 MB health range), so a
-    worker waiting for its next item, or for the parent to finish, holds what it held before.
-    What survives is frozen (``gc.freeze``): the next collections skip the modules and caches a
-    worker keeps, so each costs under a millisecond, not the first one's 15 ms."""
+    """``function(*args)``, then a full collection (it empties the free lists a worker fills while
+    it parses: 5-6 MB after a 32 MB health range) and the freed heap handed back
+    (:func:`collector.release_memory`), so a worker waiting for its next item, or for the parent to
+    finish, holds what it held before. What survives is frozen (``gc.freeze``): the next
+    collections skip the modules and caches a worker keeps, so each costs under a millisecond, not
+    the first one's 15 ms."""
     try:
         return function(*args)
     finally:
-        collector.release_memory()
+        gc.collect()
         gc.freeze()
+        collector.release_memory()
 
 
 def map_ordered(
