@@ -1,51 +1,87 @@
 """A group's numeric fields as columns, gathered in one pass over its scored rows.
 
 The statistics of a whole group (aggregate.md §3.3 over every scored row, §3.5 per repeat) need
-every value of a field, but not the rows: :func:`survey` keeps each field's values in a typed
-array (8 bytes a value) and each row's rollout index, so a group's rows can be read once, in key
-order, from wherever they are, and let go. The numbers are those of
-:func:`gymflow.aggregate._stats.set_statistics` and of the per-repeat columns, bit for bit.
+every value of a field, but not the rows: :func:`survey` keeps each field's values as float64
+(8 bytes a value; beyond :data:`CHUNK` values in an unnamed scratch file, written a chunk at a
+time) and each row's rollout index, so a group's rows can be read once, in key order, from
+wherever they are, and let go. The statistics then load one field at a time. The numbers are those
+of :func:`gymflow.aggregate._stats.set_statistics` and of the per-repeat columns, bit for bit.
 """
 
 from __future__ import annotations
 
 import math
+import os
+import weakref
 from array import array
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, BinaryIO
 
+from gymflow import scratch
 from gymflow.aggregate._numbers import median, pairwise_sum
 from gymflow.aggregate._rows import Number, RowFacts
-from gymflow.aggregate._stats import emit_statistics
+from gymflow.aggregate._stats import emit_statistics, repeat_statistics
 
-__all__ = ["Column", "Survey", "column_statistics", "repeat_columns", "survey"]
+__all__ = ["Column", "RepeatBlock", "Survey", "column_statistics", "repeat_blocks", "survey"]
 
 _EXACT = 2**53
 """Integers of at most this magnitude are exact as floats."""
 
 
-@dataclass(slots=True)
+CHUNK = 65_536
+"""Values of a column held in memory before they go to its scratch file."""
+
+
+@dataclass(slots=True, weakref_slot=True)
 class Column:
     """One field's values in row order (as floats), and where they are when not in every row."""
 
     values: array[float] = field(default_factory=lambda: array("d"))
+    """The values not yet written to ``spilled`` (all of them while there are few)."""
+    count: int = 0
     positions: array[int] | None = None
     """The row (its place among the scored rows) of each value; None while every row has it."""
     raw: list[Number] | None = None
     """The values as they were, once one is an integer that a float cannot hold exactly."""
+    spilled: BinaryIO | None = None
+    """An unnamed scratch file of the values before ``values``."""
 
     def add(self, place: int, value: Number) -> None:
-        values = self.values
-        if self.positions is None and place != len(values):
-            self.positions = array("q", range(len(values)))
+        if self.positions is None and place != self.count:
+            self.positions = array("q", range(self.count))
         if self.positions is not None:
             self.positions.append(place)
         if self.raw is None and type(value) is int and not -_EXACT <= value <= _EXACT:
-            self.raw = list(values)
-        values.append(value)
+            self.raw = list(self.load())
+        self.values.append(value)
+        self.count += 1
         if self.raw is not None:
             self.raw.append(value)
+        elif len(self.values) >= CHUNK:
+            if self.spilled is None:
+                self.spilled = _unnamed_scratch_file()
+                weakref.finalize(self, self.spilled.close)
+            self.values.tofile(self.spilled)
+            self.values = array("d")
+
+    def load(self) -> array[float]:
+        """Every value, in row order."""
+        if self.spilled is None:
+            return self.values
+        loaded = array("d")
+        self.spilled.seek(0)
+        for _ in range((self.count - len(self.values)) // CHUNK):
+            loaded.fromfile(self.spilled, CHUNK)
+        loaded.extend(self.values)
+        return loaded
+
+
+def _unnamed_scratch_file() -> BinaryIO:
+    """A scratch file already unlinked: it goes with its handle, even when the process is killed."""
+    fd, path = scratch.scratch_file("column")
+    os.unlink(path)
+    return os.fdopen(fd, "w+b")
 
 
 @dataclass
@@ -111,12 +147,12 @@ def survey(scored: Iterable[RowFacts]) -> Survey:
     return out
 
 
-def _filled(column: Column, rows: int) -> array[float]:
+def _filled(column: Column, values: array[float], rows: int) -> array[float]:
     """The column as a table column holds it: 0.0 in the rows without the field."""
     if column.positions is None:
-        return column.values
+        return values
     filled = array("d", bytes(8 * rows))
-    for place, value in zip(column.positions, column.values, strict=True):
+    for place, value in zip(column.positions, values, strict=True):
         filled[place] = value
     return filled
 
@@ -125,9 +161,9 @@ def _statistics(
     column: Column, rows: int, integral: bool
 ) -> tuple[float, Number, Number, float, float | None]:
     """mean, max, min, median, std (None below 2 values) of a column of at least 8 rows."""
-    values = column.values
+    values = column.load()
     count = len(values)
-    average = pairwise_sum(_filled(column, rows)) / count
+    average = pairwise_sum(_filled(column, values, rows)) / count
     source: Iterable[Number] = values if column.raw is None else column.raw
     high: Number = max(source)
     low: Number = min(values if column.raw is None else column.raw)
@@ -145,30 +181,39 @@ def _statistics(
 
 
 def column_statistics(gathered: Survey) -> dict[str, Any]:
-    """§3.3 over the surveyed rows (at least 8): ``set_statistics`` of them, from the columns."""
+    """§3.3 over the surveyed rows (at least 8): ``set_statistics`` of them, from the columns,
+    one field loaded at a time."""
     results = [
         (name, _statistics(gathered.columns[name], gathered.rows, name in gathered.integral))
         for name in gathered.fields
     ]
-    in_all = [name for name in gathered.fields if len(gathered.columns[name].values) == gathered.rows]
+    in_all = [name for name in gathered.fields if gathered.columns[name].count == gathered.rows]
     return emit_statistics(results, in_all)
 
 
-def repeat_columns(gathered: Survey) -> dict[int, dict[str, array[float]]]:
-    """Per rollout index, each field's values in the rows of that rollout (in row order). Takes
-    the columns out of ``gathered`` one by one (a field's values are held once, not twice)."""
-    out: dict[int, dict[str, array[float]]] = {}
+RepeatBlock = tuple[str, dict[str, Any], list[str]]
+"""One field's §3.5 columns in one repeat, with the warnings computing them gave."""
+
+
+def repeat_blocks(gathered: Survey) -> dict[int, list[RepeatBlock]]:
+    """Per rollout index, each field's §3.5 columns over the rows of that rollout. Takes the
+    columns out of ``gathered`` one by one: a field's values are loaded, split by rollout and let
+    go before the next field's."""
+    out: dict[int, list[RepeatBlock]] = {}
     rollouts = gathered.rollouts
     for name in list(gathered.columns):
         column = gathered.columns.pop(name)
-        places: Iterable[int] = range(len(column.values)) if column.positions is None else column.positions
-        for place, value in zip(places, column.values, strict=True):
+        values = column.load()
+        places: Iterable[int] = range(len(values)) if column.positions is None else column.positions
+        split: dict[int, array[float]] = {}
+        for place, value in zip(places, values, strict=True):
             rollout = rollouts[place]
-            by_field = out.get(rollout)
-            if by_field is None:
-                by_field = out[rollout] = {}
-            values = by_field.get(name)
-            if values is None:
-                values = by_field[name] = array("d")
-            values.append(value)
+            part = split.get(rollout)
+            if part is None:
+                part = split[rollout] = array("d")
+            part.append(value)
+        del values, column
+        for rollout, part in split.items():
+            notes: list[str] = []
+            out.setdefault(rollout, []).append((name, repeat_statistics(name, part, notes), notes))
     return out

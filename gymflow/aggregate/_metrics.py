@@ -12,13 +12,12 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, overload
 
-from gymflow.aggregate._columns import Survey, column_statistics, repeat_columns, survey
+from gymflow.aggregate._columns import Survey, column_statistics, repeat_blocks, survey
 from gymflow.aggregate._passk import pass_at_k
 from gymflow.aggregate._rows import RowFacts, ScoreSpec
 from gymflow.aggregate._stats import (
     UniformPlan,
     across_repeats,
-    repeat_statistics,
     set_statistics,
     uniform_plan,
     uniform_small_statistics,
@@ -203,7 +202,7 @@ def _repeat_level(gathered: Survey, warnings: list[str]) -> list[dict[str, Any]]
     counts = Counter(gathered.rollouts)  # rows per rollout index: each of a distinct task
     if len(counts) < 2:
         return []
-    columns = repeat_columns(gathered)
+    blocks = repeat_blocks(gathered)
     out: list[dict[str, Any]] = []
     for rollout in sorted(counts):
         entry: dict[str, Any] = {
@@ -211,7 +210,9 @@ def _repeat_level(gathered: Survey, warnings: list[str]) -> list[dict[str, Any]]
             "sample_count": counts[rollout],
             "missing_count": gathered.tasks - counts[rollout],
         }
-        entry.update(repeat_statistics(columns.get(rollout, {}), warnings))
+        for _, columns, notes in sorted(blocks.get(rollout, []), key=lambda block: block[0]):
+            entry.update(columns)
+            warnings.extend(notes)
         out.append(entry)
     short = [entry for entry in out if entry["missing_count"] > 0]
     if short:

@@ -7,7 +7,7 @@ a row set is summed as a pandas column would be, with absent values filled by 0.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from gymflow.aggregate._numbers import (
@@ -209,31 +209,28 @@ def _interval(average: float, sem: float, count: int, warnings: list[str]) -> tu
     return average - half, average + half
 
 
-def repeat_statistics(values_by_field: Mapping[str, Sequence[float]], warnings: list[str]) -> dict[str, Any]:
-    """§3.5 columns of one repeat: per field (sorted by name) over its n >= 1 values."""
+def repeat_statistics(name: str, values: Sequence[float], warnings: list[str]) -> dict[str, Any]:
+    """§3.5 columns of one field in one repeat, over its n >= 1 values (an entry lists its fields
+    sorted by name)."""
     out: dict[str, Any] = {}
-    for name in sorted(values_by_field):
-        values = values_by_field[name]
-        count = len(values)
-        if count == 0:
-            continue
-        average = mean(values)
-        std = sample_std(values) if count >= 2 else 0.0
-        sem = std / math.sqrt(count)
-        lowest, highest = at_ranks(values, [0, count - 1])
-        p25, p75 = percentiles(values, [0.25, 0.75])
-        out[f"mean/{name}"] = average
-        out[f"median/{name}"] = median(values)
-        out[f"std/{name}"] = std
-        out[f"sem/{name}"] = sem
-        out[f"min/{name}"] = lowest
-        out[f"max/{name}"] = highest
-        out[f"p25/{name}"] = p25
-        out[f"p75/{name}"] = p75
-        if count >= 2:
-            low, high = _interval(average, sem, count, warnings)
-            out[f"ci_low_95/{name}"] = low
-            out[f"ci_high_95/{name}"] = high
+    count = len(values)
+    average = mean(values)
+    std = sample_std(values) if count >= 2 else 0.0
+    sem = std / math.sqrt(count)
+    lowest, highest = at_ranks(values, [0, count - 1])
+    p25, p75 = percentiles(values, [0.25, 0.75])
+    out[f"mean/{name}"] = average
+    out[f"median/{name}"] = median(values)
+    out[f"std/{name}"] = std
+    out[f"sem/{name}"] = sem
+    out[f"min/{name}"] = lowest
+    out[f"max/{name}"] = highest
+    out[f"p25/{name}"] = p25
+    out[f"p75/{name}"] = p75
+    if count >= 2:
+        low, high = _interval(average, sem, count, warnings)
+        out[f"ci_low_95/{name}"] = low
+        out[f"ci_high_95/{name}"] = high
     return out
 
 

@@ -548,12 +548,20 @@ def test_row_set_statistics_match_a_zero_filled_numpy_column() -> None:
                 assert stats[f"std/{name}"] == math.sqrt(float(np.sum(squares)) / (count - 1))
 
 
-def test_columns_equal_the_row_set_statistics_and_repeats() -> None:
+@pytest.mark.parametrize("chunk", [None, 7], ids=["in-memory", "spilled"])
+def test_columns_equal_the_row_set_statistics_and_repeats(
+    chunk: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The group statistics from columns (one pass, no row held) are those of the rows: sparse
-    and mixed fields, integers beyond a float's precision, masked rows, uneven repeats."""
+    and mixed fields, integers beyond a float's precision, masked rows, uneven repeats; with the
+    columns in memory, and written to their scratch files 7 values at a time."""
     import random
 
+    from gymflow.aggregate import _columns
     from gymflow.aggregate._columns import column_statistics, survey
+
+    if chunk is not None:
+        monkeypatch.setattr(_columns, "CHUNK", chunk)
     from gymflow.aggregate._stats import repeat_statistics, set_statistics
 
     rng = random.Random(11)
@@ -580,6 +588,9 @@ def test_columns_equal_the_row_set_statistics_and_repeats() -> None:
         facts_ = facts(rows)
         scored = [f for f in facts_ if not f.masked]
         gathered = survey(scored)
+        assert (chunk is not None and len(scored) >= chunk) is any(
+            column.spilled is not None for column in gathered.columns.values()
+        )
         assert column_statistics(gathered) == set_statistics(scored, gathered.fields, gathered.integral)
         assert {"x", "big"} <= set(gathered.fields)
         assert ("big" in gathered.integral) is (n == 50)
@@ -593,7 +604,9 @@ def test_columns_equal_the_row_set_statistics_and_repeats() -> None:
             for f in same:
                 for name, value in zip(f.field_names, f.field_values, strict=True):
                     values.setdefault(name, []).append(float(value))
-            expected = repeat_statistics(values, [])
+            expected = {
+                k: v for name in sorted(values) for k, v in repeat_statistics(name, values[name], []).items()
+            }
             assert {k: v for k, v in entry.items() if "/" in k} == expected
             assert entry["sample_count"] == len(same)
         assert [g["num_rollouts"] for g in m.group_level_metrics] == [
