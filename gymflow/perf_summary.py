@@ -29,7 +29,7 @@ from array import array
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeGuard
 
-from gymflow.ranks import at_ranks
+from gymflow.ranks import at_ranks, median
 
 __all__ = ["TOKEN_FIELDS", "Column", "PerfAccumulator", "percentiles", "perf_summary"]
 
@@ -69,15 +69,6 @@ def percentiles(values: Sequence[Number], quantiles: Sequence[float]) -> list[fl
         diff = upper - lower
         out.append(upper - diff * (1 - gamma) if gamma >= 0.5 else lower + diff * gamma)
     return out
-
-
-def _median(values: Sequence[Number]) -> Number:
-    """``statistics.median``: the middle value (of its type), or the halved sum of the two middle ones."""
-    middle = len(values) // 2
-    if len(values) % 2:
-        return at_ranks(values, [middle])[0]
-    low, high = at_ranks(values, [middle - 1, middle])
-    return (low + high) / 2
 
 
 class Column:
@@ -197,20 +188,20 @@ class PerfAccumulator:
         for name, values in self._tokens.items():
             if values:
                 out[f"mean_{name}"] = statistics.fmean(values)
-                out[f"median_{name}"] = _median(values.values)
+                out[f"median_{name}"] = median(values.values)
                 out[f"total_{name}"] = sum(values)
         if self._turns:
             turns = self._turns
             lowest, highest = at_ranks(turns.values, [0, len(turns) - 1])
             out["mean_num_turns"] = statistics.fmean(turns)
-            out["median_num_turns"] = _median(turns.values)
+            out["median_num_turns"] = median(turns.values)
             out["std_num_turns"] = float(statistics.pstdev(turns))
             out["min_num_turns"] = lowest
             out["p90_num_turns"] = percentiles(turns.values, [0.9])[0]
             out["max_num_turns"] = highest
         if self._per_turn:
             out["mean_tokens_per_turn"] = statistics.fmean(self._per_turn)
-            out["median_tokens_per_turn"] = _median(self._per_turn.values)
+            out["median_tokens_per_turn"] = median(self._per_turn.values)
         if self._latency:
             p50, p90, p99 = percentiles(self._latency.values, [0.5, 0.9, 0.99])
             out["total_latency_p50_ms"] = p50

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from gymflow import _ranks
 
-__all__ = ["at_ranks"]
+__all__ = ["at_ranks", "median"]
 
 Number = int | float
 
@@ -27,3 +27,13 @@ def at_ranks(values: Sequence[Number], ranks: Sequence[int]) -> list[Number]:
             pass
     ordered = sorted(values)
     return [ordered[rank] for rank in ranks]
+
+
+def median(values: Sequence[Number]) -> Number:
+    """``statistics.median``: the middle value (of its type), or the halved sum of the two middle
+    ones (for floats, ``numpy.median`` too)."""
+    middle = len(values) // 2
+    if len(values) % 2:
+        return at_ranks(values, [middle])[0]
+    low, high = at_ranks(values, [middle - 1, middle])
+    return (low + high) / 2

@@ -12,9 +12,9 @@ import math
 import sys
 from collections.abc import Callable, Iterable, Sequence
 
+from gymflow import ranks
 from gymflow.aggregate._tdist import T975
 from gymflow.perf_summary import percentiles
-from gymflow.ranks import at_ranks
 
 __all__ = ["mean", "median", "pairwise_sum", "percentiles", "sample_std", "sequential_sum", "t975"]
 
@@ -62,11 +62,7 @@ def mean(values: Sequence[float]) -> float:
 
 def median(values: Sequence[float]) -> float:
     """Middle value, or the mean of the two middle values for an even count (as ``numpy.median``)."""
-    middle = len(values) // 2
-    if len(values) % 2:
-        return float(at_ranks(values, [middle])[0])
-    low, high = at_ranks(values, [middle - 1, middle])
-    return (low + high) / 2.0
+    return float(ranks.median(values))
 
 
 def sample_std(values: Sequence[float]) -> float:

@@ -186,7 +186,6 @@ def _finish(
 ) -> HealthReport:
     ordered = sorted(results, key=lambda r: (r.byte_range.source_index, r.byte_range.start))
     jobs: list[_SortJob] = []
-    offsets: list[int] = []  # the ordinal of each job's range's first row
     runs: list[tuple[Iterator[Entry], int]] = []
     stats = RunStats()
     line_offset = ordinal_offset = 0
@@ -204,14 +203,13 @@ def _finish(
             beside = result.spill is not None and not result.kept
             run_file = f"{result.spill}.placed" if beside else os.path.join(runs_dir, f"run-{len(jobs)}")
             jobs.append((result, placement, None if sorter is None else run_file))
-            offsets.append(ordinal_offset)
         line_offset += result.physical_lines
         ordinal_offset += result.row_count
     if sorter is None:
         placed = [_sort_job(job) for job in jobs]
     else:
         placed = sorter.map(SORT_RUN, jobs, done=_sorted)
-    runs += [(run.entries(), offset) for run, offset in zip(placed, offsets, strict=True)]
+    runs += [(run.entries(), job[1].ordinal_offset) for run, job in zip(placed, jobs, strict=True)]
     return merge_runs(runs, plan_.ignored, stats)
 
 
