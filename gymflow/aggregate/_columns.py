@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
 from gymflow import scratch
+from gymflow._sums import squared_deviation_sum
 from gymflow.aggregate._numbers import median, pairwise_sum
 from gymflow.aggregate._rows import Number, RowFacts
 from gymflow.aggregate._stats import emit_statistics, repeat_statistics
@@ -31,6 +32,9 @@ _EXACT = 2**53
 
 CHUNK = 65_536
 """Values of a column held in memory before they go to its scratch file."""
+
+RUN_ROWS = 4096
+"""Rows of one layout gathered before their values go to the columns."""
 
 
 @dataclass(slots=True, weakref_slot=True)
@@ -47,23 +51,27 @@ class Column:
     spilled: BinaryIO | None = None
     """An unnamed scratch file of the values before ``values``."""
 
-    def add(self, place: int, value: Number) -> None:
-        if self.positions is None and place != self.count:
+    def extend(self, start: int, values: tuple[Number, ...]) -> None:
+        """Add ``values``, those of the rows ``start``, ``start + 1``, ... (a run of consecutive
+        rows that all have this field)."""
+        if self.positions is None and start != self.count:
             self.positions = array("q", range(self.count))
         if self.positions is not None:
-            self.positions.append(place)
-        if self.raw is None and type(value) is int and not -_EXACT <= value <= _EXACT:
+            self.positions.extend(range(start, start + len(values)))
+        if self.raw is None and _inexact(values):
             self.raw = list(self.load())
-        self.values.append(value)
-        self.count += 1
+        self.values.extend(values)
+        self.count += len(values)
         if self.raw is not None:
-            self.raw.append(value)
+            self.raw.extend(values)
         elif len(self.values) >= CHUNK:
             if self.spilled is None:
                 self.spilled = _unnamed_scratch_file()
                 weakref.finalize(self, self.spilled.close)
-            self.values.tofile(self.spilled)
-            self.values = array("d")
+            held = self.values
+            whole = len(held) - len(held) % CHUNK
+            held[:whole].tofile(self.spilled)
+            self.values = held[whole:]
 
     def load(self) -> array[float]:
         """Every value, in row order."""
@@ -75,6 +83,14 @@ class Column:
             loaded.fromfile(self.spilled, CHUNK)
         loaded.extend(self.values)
         return loaded
+
+
+def _inexact(values: tuple[Number, ...]) -> bool:
+    """Whether ``values`` hold an integer a float cannot hold exactly. The bounds first (a NaN
+    makes ``max`` or ``min`` answer NaN, which fails the test too, never hides a value)."""
+    if -_EXACT <= min(values) and max(values) <= _EXACT:
+        return False
+    return any(type(value) is int and not -_EXACT <= value <= _EXACT for value in values)
 
 
 def _unnamed_scratch_file() -> BinaryIO:
@@ -110,29 +126,32 @@ def survey(scored: Iterable[RowFacts]) -> Survey:
     """Read ``scored`` (one group's scored rows, in key order) once."""
     out = Survey()
     layouts: dict[tuple[str, ...], _Layout] = {}
-    columns = out.columns
     rollouts = out.rollouts
     place = 0
     task: int | None = None
+    # Consecutive rows with the same fields form a run, whose values go to the columns a field at
+    # a time (at most RUN_ROWS rows a run).
+    names: tuple[str, ...] | None = None
+    layout = _Layout(())
+    run: list[tuple[Number, ...]] = []
+    start = 0
     for row in scored:
-        names = row.field_names
-        layout = layouts.get(names)
-        if layout is None:
-            layout = layouts[names] = _Layout(names, 0, [True] * len(names))
-        layout.count += 1
-        integers = layout.integers
-        for index, (name, value) in enumerate(zip(names, row.field_values, strict=True)):
-            if integers[index] and type(value) is not int:
-                integers[index] = False
-            column = columns.get(name)
-            if column is None:
-                column = columns[name] = Column()
-            column.add(place, value)
+        if row.field_names is not names or len(run) >= RUN_ROWS:
+            if run:
+                _take(layout, out.columns, start, run)
+            names = row.field_names
+            found = layouts.get(names)
+            if found is None:
+                found = layouts[names] = _Layout(names, 0, [True] * len(names))
+            layout, run, start = found, [], place
+        run.append(row.field_values)
         rollouts.append(row.rollout)
         if place == 0 or row.task != task:
             out.tasks += 1
             task = row.task
         place += 1
+    if run:
+        _take(layout, out.columns, start, run)
     out.rows = place
     # Field order: by layout in order of first use, names in layout order; a field is integral
     # when every layout using it has it as an int in every row, and every row uses one.
@@ -145,6 +164,22 @@ def survey(scored: Iterable[RowFacts]) -> Survey:
     out.fields = list(order)
     out.integral = {name for name, flag in order.items() if flag and counts[name] == place}
     return out
+
+
+def _take(layout: _Layout, columns: dict[str, Column], start: int, run: list[tuple[Number, ...]]) -> None:
+    """A run's values (rows ``start``, ``start + 1``, ... of ``layout``) into their columns."""
+    layout.count += len(run)
+    integers = layout.integers
+    for index, (name, values) in enumerate(zip(layout.names, zip(*run, strict=True), strict=True)):
+        if integers[index] and {*map(type, values)} != _INT:
+            integers[index] = False
+        column = columns.get(name)
+        if column is None:
+            column = columns[name] = Column()
+        column.extend(start, values)
+
+
+_INT = {int}
 
 
 def _filled(column: Column, values: array[float], rows: int) -> array[float]:
@@ -171,13 +206,14 @@ def _statistics(
     middle_value = median(values)
     if count < 2:
         return average, high, low, middle_value, None
-    squares = array("d", ((average - value) * (average - value) for value in values))
-    if column.positions is not None:
-        spread = array("d", bytes(8 * rows))
-        for place, square in zip(column.positions, squares, strict=True):
-            spread[place] = square
-        squares = spread
-    return average, high, low, middle_value, math.sqrt(pairwise_sum(squares) / (count - 1))
+    if column.positions is None:
+        spread = squared_deviation_sum(values, average)
+    else:  # the squares in their rows, 0.0 in the others, summed in that order
+        squares = array("d", bytes(8 * rows))
+        for place, value in zip(column.positions, values, strict=True):
+            squares[place] = (average - value) * (average - value)
+        spread = pairwise_sum(squares)
+    return average, high, low, middle_value, math.sqrt(spread / (count - 1))
 
 
 def column_statistics(gathered: Survey) -> dict[str, Any]:
@@ -201,17 +237,28 @@ def repeat_blocks(gathered: Survey) -> dict[int, list[RepeatBlock]]:
     go before the next field's."""
     out: dict[int, list[RepeatBlock]] = {}
     rollouts = gathered.rollouts
+    # The rows of each rollout index (their places in row order), for the fields every row has.
+    places_of: dict[int, array[int]] = {}
+    for place, rollout in enumerate(rollouts):
+        places = places_of.get(rollout)
+        if places is None:
+            places = places_of[rollout] = array("q")
+        places.append(place)
     for name in list(gathered.columns):
         column = gathered.columns.pop(name)
         values = column.load()
-        places: Iterable[int] = range(len(values)) if column.positions is None else column.positions
         split: dict[int, array[float]] = {}
-        for place, value in zip(places, values, strict=True):
-            rollout = rollouts[place]
-            part = split.get(rollout)
-            if part is None:
-                part = split[rollout] = array("d")
-            part.append(value)
+        if len(values) == len(rollouts):  # in every row
+            for rollout, places in places_of.items():
+                split[rollout] = array("d", map(values.__getitem__, places))
+        else:
+            rows: Iterable[int] = range(len(values)) if column.positions is None else column.positions
+            for place, value in zip(rows, values, strict=True):
+                rollout = rollouts[place]
+                part = split.get(rollout)
+                if part is None:
+                    part = split[rollout] = array("d")
+                part.append(value)
         del values, column
         for rollout, part in split.items():
             notes: list[str] = []

@@ -1,24 +1,24 @@
-"""Floating-point primitives with numpy's rounding behaviour, in plain Python.
+"""Floating-point primitives with numpy's rounding behaviour.
 
 NeMo Gym 0.7.0 computes its statistics with numpy/pandas. To equal its numbers to the last bit
 without depending on numpy, sums use numpy's pairwise summation (blocks of 8 partial sums, split
-at 128 elements), the sample standard deviation is numpy's two-pass formula, and percentiles use
-numpy's "linear" interpolation (shared with ``gymflow.perf_summary``).
+at 128 elements; in C, :mod:`gymflow._sums`), the sample standard deviation is numpy's two-pass
+formula, and percentiles use numpy's "linear" interpolation (shared with ``gymflow.perf_summary``).
 """
 
 from __future__ import annotations
 
 import math
 import sys
+from array import array
 from collections.abc import Callable, Iterable, Sequence
 
-from gymflow import ranks
+from gymflow import _sums, ranks
 from gymflow.aggregate._tdist import T975
 from gymflow.perf_summary import percentiles
 
 __all__ = ["mean", "median", "pairwise_sum", "percentiles", "sample_std", "sequential_sum", "t975"]
 
-_BLOCK = 128
 _Z975 = 1.959963984540054
 
 
@@ -34,25 +34,13 @@ def _loop_sum(values: Iterable[float]) -> float:
 sequential_sum: Callable[[Iterable[float]], float] = sum if sys.version_info < (3, 12) else _loop_sum
 
 
-def _pairwise(values: Sequence[float], start: int, n: int) -> float:
-    if n < 8:
-        return sequential_sum(values[start : start + n])
-    if n <= _BLOCK:
-        stop = start + n - (n % 8)
-        # Eight accumulators over every 8th element, combined as numpy combines them.
-        r = [sequential_sum(values[start + j : stop : 8]) for j in range(8)]
-        total = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]))
-        for i in range(stop, start + n):
-            total += values[i]
-        return total
-    half = n // 2
-    half -= half % 8
-    return _pairwise(values, start, half) + _pairwise(values, start + half, n - half)
+def _doubles(values: Sequence[float]) -> array[float]:
+    return values if isinstance(values, array) and values.typecode == "d" else array("d", values)
 
 
 def pairwise_sum(values: Sequence[float]) -> float:
-    """Sum as ``numpy.sum`` does for a contiguous float64 array (same rounding)."""
-    return _pairwise(values, 0, len(values))
+    """Sum as ``numpy.sum`` does for a float64 array (same rounding; in C, :mod:`gymflow._sums`)."""
+    return _sums.pairwise_sum(_doubles(values))
 
 
 def mean(values: Sequence[float]) -> float:
@@ -67,10 +55,10 @@ def median(values: Sequence[float]) -> float:
 
 def sample_std(values: Sequence[float]) -> float:
     """Sample standard deviation (n - 1 denominator), numpy's two-pass formula; needs n >= 2."""
-    n = len(values)
-    average = pairwise_sum(values) / n
-    squares = [(value - average) * (value - average) for value in values]
-    return math.sqrt(pairwise_sum(squares) / (n - 1))
+    doubles = _doubles(values)
+    n = len(doubles)
+    average = _sums.pairwise_sum(doubles) / n
+    return math.sqrt(_sums.squared_deviation_sum(doubles, average) / (n - 1))
 
 
 def t975(df: int) -> float:

@@ -613,3 +613,54 @@ def test_columns_equal_the_row_set_statistics_and_repeats(
             len(v)
             for _, v in sorted({f.task: [g for g in scored if g.task == f.task] for f in scored}.items())
         ]
+
+
+@pytest.mark.parametrize("chunk", [None, 5], ids=["in-memory", "spilled"])
+def test_runs_of_one_layout_equal_the_row_set_statistics_and_repeats(
+    chunk: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Long runs of rows with the same fields go to the columns a run at a time (3 rows a run
+    here): a field that first appears in the middle of the group, an integer beyond a float's
+    precision in the middle of a run, equal field-name tuples that are not the same object, a
+    field absent from the last rows; the statistics and repeats are those of the rows."""
+    from gymflow.aggregate import _columns
+    from gymflow.aggregate._columns import column_statistics, survey
+    from gymflow.aggregate._stats import repeat_statistics, set_statistics
+
+    monkeypatch.setattr(_columns, "RUN_ROWS", 3)
+    if chunk is not None:
+        monkeypatch.setattr(_columns, "CHUNK", chunk)
+    rows = []
+    for task in range(12):
+        for rollout in range(3):
+            place = task * 3 + rollout
+            extra: dict[str, object] = {"tokens": place * 1.5 + 0.25, "count": place}
+            if place == 20:
+                extra["count"] = 2**60 + 1  # its max prints exactly: an integer in every row
+            if place >= 10:
+                extra["late"] = place % 4
+            if place == 17:
+                extra["late"] = 2**60 + 3
+            if place >= 33:
+                del extra["tokens"]
+            rows.append(row(task, rollout, float(place % 2), **extra, response=usage(place)))
+    facts_ = facts(rows)
+    for index, fact in enumerate(facts_):  # equal name tuples, each its own object
+        if index % 2:
+            object.__setattr__(fact, "field_names", tuple(list(fact.field_names)))
+    gathered = survey(facts_)
+    assert gathered.rows == len(facts_) and gathered.tasks == 12
+    assert column_statistics(gathered) == set_statistics(facts_, gathered.fields, gathered.integral)
+    assert "late" in gathered.fields and "late" not in gathered.integral  # absent from the first rows
+    assert "count" in gathered.integral and column_statistics(gathered)["max/count"] == 2**60 + 1
+    m = group_metrics(facts_)
+    for entry in m.repeat_level_metrics:
+        same = [f for f in facts_ if f.rollout == entry["_ng_rollout_index"]]
+        values: dict[str, list[float]] = {}
+        for f in same:
+            for name, value in zip(f.field_names, f.field_values, strict=True):
+                values.setdefault(name, []).append(float(value))
+        expected = {
+            k: v for name in sorted(values) for k, v in repeat_statistics(name, values[name], []).items()
+        }
+        assert {k: v for k, v in entry.items() if "/" in k} == expected
