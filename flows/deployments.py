@@ -34,7 +34,7 @@ def post_run(run: str, config: Sequence[str] = (), overrides: Sequence[str] = ()
     """``gymflow eval post RUN`` as a deployment; returns the console and summary lines."""
     from gymflow.conf.compose import run_context
     from gymflow.conf.options import compose_options
-    from gymflow.health import default_workers
+    from gymflow.parallel import default_workers
 
     composed, options = compose_options(run, list(config), list(overrides))
     lines: list[str] = []

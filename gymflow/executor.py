@@ -95,6 +95,12 @@ class Executor(Protocol):
         """``step.function(item)``."""
         ...
 
+    def rest(self) -> None:
+        """The command's parallel work is over for now: worker processes of this executor's own
+        may stop (the next map starts them again), so they hold no memory while the command
+        finishes in this process."""
+        ...
+
 
 def in_context(ctx: RunContext, function: Callable[[T], R], item: T) -> R:
     """``function(item)`` with ``ctx`` active: what every executor runs, wherever it runs."""
@@ -141,3 +147,6 @@ class LocalExecutor:
 
     def call(self, step: Step[T, R], item: T) -> R:
         return in_context(self._ctx, step.function, item)
+
+    def rest(self) -> None:
+        self._pool.stop()

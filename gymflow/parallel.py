@@ -7,6 +7,7 @@ on whether the pool ran.
 from __future__ import annotations
 
 import gc
+import os
 import pickle
 import signal
 import threading
@@ -23,7 +24,14 @@ from gymflow import collector, lifeline
 T = TypeVar("T")
 R = TypeVar("R")
 
-__all__ = ["Workers", "map_ordered", "pool"]
+__all__ = ["MAX_DEFAULT_WORKERS", "Workers", "default_workers", "map_ordered", "pool"]
+
+MAX_DEFAULT_WORKERS = 8
+
+
+def default_workers() -> int:
+    """The worker processes a command starts when not told: one per CPU, at most 8."""
+    return min(os.cpu_count() or 1, MAX_DEFAULT_WORKERS)
 
 
 @contextmanager
@@ -105,10 +113,15 @@ class Workers:
         return self
 
     def __exit__(self, exc_type: object = None, *exc: object) -> None:
+        self.stop(failed=exc_type is not None)
+
+    def stop(self, *, failed: bool = False) -> None:
+        """Stop the processes (and join them); the next :meth:`map` or :meth:`call` starts new ones.
+        ``failed``: pending work is cancelled, not waited for."""
         executor, self._executor = self._executor, None
         if executor is None:
             return
-        if exc_type is not None and hasattr(executor, "shutdown"):
+        if failed and hasattr(executor, "shutdown"):
             executor.shutdown(wait=True, cancel_futures=True)  # a failed run starts nothing more
         else:
             executor.__exit__(None, None, None)

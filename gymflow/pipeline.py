@@ -23,9 +23,10 @@ from gymflow.aggregate import AggregateOptions, AggregateOutcome
 from gymflow.errors import GymflowError
 from gymflow.executor import Executor
 from gymflow.frozen import FrozenDict, freeze
-from gymflow.health import HealthOptions, HealthOutcome, default_workers
+from gymflow.health import HealthOptions, HealthOutcome
 from gymflow.healthy import HealthyOptions, HealthyOutcome, reward_lines
 from gymflow.join import JoinResult, JoinSettings
+from gymflow.parallel import default_workers
 from gymflow.reverify import ReverifyOptions, ReverifyOutcome
 from gymflow.run_context import RunContext
 

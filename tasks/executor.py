@@ -194,6 +194,10 @@ class PrefectExecutor:
         result: R = run(quote(item))
         return result
 
+    def rest(self) -> None:
+        """Kept running: the flow's next steps map on the same pool (starting it again would cost
+        more than its idle processes hold)."""
+
 
 @contextmanager
 def prefect_executor(

@@ -37,6 +37,7 @@ from gymflow.aggregate._run import (
 from gymflow.aggregate._select import select_shards
 from gymflow.executor import Executor, LocalExecutor, Step
 from gymflow.kept import kept_files
+from gymflow.parallel import default_workers
 from gymflow.provenance import FileDigest
 from gymflow.run_context import RunContext
 
@@ -138,13 +139,13 @@ def run_aggregate(
 ) -> AggregateOutcome:
     """Merge the shards of ``options.input_glob`` into ``options.output`` and compute the
     metrics, holding the run lock of the output throughout (default executor: this process, and
-    ``options.workers`` processes reading local shards). ``progress`` advances by each shard's
-    bytes as it is read."""
+    ``options.workers`` processes reading local shards, by default one per CPU up to 8, stopped
+    once the shards are read). ``progress`` advances by each shard's bytes as it is read."""
     ctx = ctx or RunContext()
     with lineage.run(COMMAND, ctx), ctx.active(), ctx.lock(options.output, COMMAND):
         if executor is not None:
             return _run(options, ctx, executor, echo, progress)
-        with LocalExecutor(ctx, options.workers or 1, "reading shards") as local:
+        with LocalExecutor(ctx, options.workers or default_workers(), "reading shards") as local:
             return _run(options, ctx, local, echo, progress)
 
 
@@ -196,6 +197,7 @@ def _run(
         else:
             parts = executor.map(scan, work, done=done)
         kept.recompute_lost(executor, scan, work, parts, _run_files)
+        executor.rest()  # the rest runs here: the readers' processes need not wait beside it
         echo(loaded_line(parts))
         if options.merge_shards:
             echo(f"Merging shards into {options.output}")

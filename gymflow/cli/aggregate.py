@@ -74,7 +74,7 @@ def register(eval_commands: argparse._SubParsersAction) -> None:  # type: ignore
         "--workers",
         type=int,
         metavar="N",
-        help="processes reading local shards with --direct (default 1)",
+        help="processes reading local shards with --direct (default: min(CPUs, 8))",
     )
     parser.add_argument("--direct", action="store_true", default=None, help="run in-process, without Prefect")
     parser.add_argument(
@@ -191,7 +191,7 @@ def _run_flow(
 ) -> None:
     provenance.prefetch(_shards(options))  # hashes while Prefect is imported
     from gymflow.cli import orchestrated
-    from gymflow.health import default_workers
+    from gymflow.parallel import default_workers
 
     workers = options.health_check_workers or default_workers()
     orchestrated.run(

@@ -150,7 +150,8 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace, extras: Seque
 def _run(
     config: GymflowConfig, options: HealthOptions, ctx: RunContext, direct: bool, verbose: bool
 ) -> HealthOutcome:
-    from gymflow.health import default_workers, run_health
+    from gymflow.health import run_health
+    from gymflow.parallel import default_workers
 
     bar = progress_bar(sum(storage.size(path) for path in options.paths), "health-check")
     try:

@@ -102,7 +102,7 @@ def _run_flow(
                 storage.glob(options.path(options.shards)) or [options.path(options.rollouts)]
             )
     from gymflow.cli import orchestrated
-    from gymflow.health import default_workers
+    from gymflow.parallel import default_workers
 
     workers = options.health.workers or default_workers()
     result = orchestrated.run(

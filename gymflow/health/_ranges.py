@@ -43,13 +43,13 @@ from gymflow.health._runs import (
 )
 from gymflow.health._vocabulary import CheckId
 from gymflow.kept import kept_files
+from gymflow.parallel import default_workers
 
 Progress = Callable[[int], None]
 """Called with a number of bytes just processed."""
 
 RANGE_BYTES = 32 * 1024 * 1024
 MAX_RANGES_PER_FILE = 256
-MAX_DEFAULT_WORKERS = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,10 +103,6 @@ class HealthPlan:
     ranges: tuple[ByteRange, ...]
     workers: int
     ignored: tuple[CheckId, ...]
-
-
-def default_workers() -> int:
-    return min(os.cpu_count() or 1, MAX_DEFAULT_WORKERS)
 
 
 def source_file_name(path: str) -> str:

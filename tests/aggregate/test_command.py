@@ -96,6 +96,26 @@ def test_06_blank_lines_skipped_4_plus_5(two_shards: Path) -> None:
     assert len(read_jsonl(f"{two_shards}/out/merged.jsonl")) == 9
 
 
+def test_shard_readers_stop_before_the_merge(two_shards: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The worker processes that read the shards are gone while the merge and the metrics run
+    (here): they would hold their memory beside this process's."""
+    import multiprocessing
+
+    from gymflow.aggregate import _run as aggregate_run
+
+    alive: list[int] = []
+    reduce_shards = aggregate_run.reduce_shards
+
+    def counting(*args: Any) -> Any:
+        alive.append(len(multiprocessing.active_children()))
+        return reduce_shards(*args)
+
+    monkeypatch.setattr(aggregate_run, "reduce_shards", counting)
+    outcome, lines = run(f"{two_shards}/s/*.jsonl", f"{two_shards}/out/merged.jsonl", workers=2)
+    assert alive == [0]
+    assert len(read_jsonl(f"{two_shards}/out/merged.jsonl")) == 9
+
+
 def test_07_merged_sorted_compact_and_kept_when_metrics_fail(two_shards: Path) -> None:
     out = two_shards / "out" / "merged.jsonl"
     run(f"{two_shards}/s/*.jsonl", str(out))
