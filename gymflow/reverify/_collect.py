@@ -10,16 +10,17 @@ stops the gathering; ``finish`` then reads the file as it always could.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from gymflow.aggregate._rows import RowFacts, extract
 from gymflow.errors import InputError
 from gymflow.gym_config import RouteError, Routing
+from gymflow.jsonline import loads_exact
 from gymflow.reverify._sent import SentRows, Span
 
-__all__ = ["LAST", "Collected", "OutputRow", "label_key", "output_row", "sort_key", "stripped"]
+__all__ = ["LAST", "Collected", "OutputRow", "label_key", "output_row", "sent_facts", "sort_key", "stripped"]
 
 LAST = (float("inf"), float("inf"))
 """The sort key of a line without integer (task, rollout): after every keyed line."""
@@ -64,22 +65,25 @@ def stripped(row: Mapping[str, Any]) -> dict[str, Any]:
 
 @dataclass(frozen=True, slots=True)
 class OutputRow:
-    """What the metrics need of one labelled row: its group, routed server, facts and, unless
-    the metrics are local, where the row as the server receives it is kept."""
+    """What the metrics need of one labelled row: its group, routed server, and its facts or
+    where the row as the server receives it is kept (or both)."""
 
     label: tuple[str, str]
     environment: bool
     server: str
-    facts: RowFacts
+    facts: RowFacts | None
+    """None for a row kept in ``sent``: its facts are read from there if the server's metrics
+    are missing (:func:`sent_facts`)."""
     sent: Span | None
 
 
 def output_row(
-    row: Mapping[str, Any], routing: Routing, sent: SentRows | None, where: str
+    row: Mapping[str, Any], routing: Routing, sent: SentRows | None, where: str, *, facts: bool = True
 ) -> OutputRow | None:
     """The :class:`OutputRow` of a parsed output row (None: not labelled, not in the metrics),
     the row as the server receives it added to ``sent`` (None: local metrics, nothing sent).
-    Raises :class:`InputError` for a row whose indices are not integers."""
+    Without ``facts`` (a row this run stamped itself, kept in ``sent``), its facts are not read
+    now. Raises :class:`InputError` for a row whose indices are not integers."""
     labelled = label_key(row)
     if labelled is None:
         return None
@@ -87,9 +91,15 @@ def output_row(
         server = routing.route_row(row)
     except RouteError:
         server = ""
-    facts = extract(row, None, where)
+    read = extract(row, None, where) if facts or sent is None else None
     span = None if sent is None else sent.add(stripped(row))
-    return OutputRow(labelled, "_ng_environment_server" in row, server, facts, span)
+    return OutputRow(labelled, "_ng_environment_server" in row, server, read, span)
+
+
+def sent_facts(sent: SentRows, spans: Sequence[Span]) -> list[RowFacts]:
+    """The facts of the rows kept in ``sent`` at ``spans``: those of the rows themselves (what
+    :func:`stripped` leaves out is no number of the metrics)."""
+    return [extract(loads_exact(line)[0]) for line in sent.rows(spans)]
 
 
 @dataclass
@@ -108,7 +118,7 @@ class Collected:
         """Gather one appended output row of ``length`` bytes; False when its facts cannot be
         read (the caller stops gathering)."""
         try:
-            gathered = output_row(row, self.routing, self.sent, "")
+            gathered = output_row(row, self.routing, self.sent, "", facts=False)
         except InputError:
             return False
         self.keys.append(sort_key(row.get("_ng_task_index"), row.get("_ng_rollout_index")))

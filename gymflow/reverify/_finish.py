@@ -23,7 +23,7 @@ from gymflow.aggregate._scan import GroupRef
 from gymflow.aggregate._server import MetricsBody
 from gymflow.errors import InputError
 from gymflow.gym_config import resources_server_url
-from gymflow.reverify._collect import LAST, Collected, OutputRow, SortKey, output_row, sort_key
+from gymflow.reverify._collect import LAST, Collected, OutputRow, SortKey, output_row, sent_facts, sort_key
 from gymflow.reverify._outputs import forget_kept
 from gymflow.reverify._plan import Echo, ReverifyPlan, Tally
 from gymflow.reverify._sent import SentRows, Span
@@ -180,7 +180,8 @@ def _entries_of(
             continue
         group = (each.label[0], each.server)
         refs.setdefault(group, GroupRef(each.label[0], each.environment, each.label[1]))
-        facts.setdefault(group, []).append(each.facts)
+        if each.facts is not None:
+            facts.setdefault(group, []).append(each.facts)
         if each.sent is not None:
             rows.setdefault(group, []).append(each.sent)
     servers_of: dict[str, set[str]] = {}
@@ -200,7 +201,9 @@ def _entries_of(
             else:
                 entry = {"agent_ref": {"name": label}, **blocks}
         if entry is None:
-            entry = {"agent_ref": {"name": label}, **group_metrics(facts[group], label, None, None).blocks()}
+            # Rows gathered without their facts are all kept in ``sent`` (local metrics keep no row there).
+            read = facts[group] if sent is None or group in facts else sent_facts(sent, rows.get(group, []))
+            entry = {"agent_ref": {"name": label}, **group_metrics(read, label, None, None).blocks()}
         entries.append(((label, group[1]), entry))
     entries.sort(key=lambda pair: pair[0])
     return [entry for _, entry in entries], _absent_line(absent) if absent else None

@@ -33,16 +33,16 @@ class SentRows:
         self._size += len(data)
         return span
 
-    def body(self, spans: Sequence[Span]) -> MetricsBody:
-        """The POST body of the rows at ``spans``, in that order."""
+    def rows(self, spans: Sequence[Span]) -> Iterator[bytes]:
+        """The rows at ``spans``, in that order."""
         self._handle.flush()
         fd = self._handle.fileno()
+        for offset, length in spans:
+            yield os.pread(fd, length, offset)
 
-        def rows() -> Iterator[bytes]:
-            for offset, length in spans:
-                yield os.pread(fd, length, offset)
-
-        return MetricsBody(rows, len(spans), sum(length for _, length in spans))
+    def body(self, spans: Sequence[Span]) -> MetricsBody:
+        """The POST body of the rows at ``spans``, in that order."""
+        return MetricsBody(lambda: self.rows(spans), len(spans), sum(length for _, length in spans))
 
     def close(self) -> None:
         self._handle.close()

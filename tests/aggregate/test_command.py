@@ -102,9 +102,9 @@ def test_shard_readers_stop_before_the_merge(two_shards: Path, monkeypatch: pyte
     import multiprocessing
 
     from gymflow.aggregate import _run as aggregate_run
+    from gymflow.aggregate._reduce import reduce_shards
 
     alive: list[int] = []
-    reduce_shards = aggregate_run.reduce_shards
 
     def counting(*args: Any) -> Any:
         alive.append(len(multiprocessing.active_children()))

@@ -172,3 +172,40 @@ def test_the_rows_sent_for_the_metrics_are_kept_on_scratch_and_removed(
     assert case.run().code == 0
     assert len(_posted(case.server)) == 9
     assert [name for name in os.listdir(scratch) if name.startswith("gymflow-sent-")] == []
+
+
+def test_facts_read_back_from_the_rows_sent_are_the_rows_own() -> None:
+    """A fresh run keeps each row only as the server receives it (no facts read while it runs);
+    the local metrics of a server that does not answer read the facts from there: the same as
+    the rows' own (usage numbers, an integer beyond 64 bits, booleans, masked rows, numbers
+    inside what the server does not get)."""
+    from gymflow.aggregate._rows import extract
+    from gymflow.gym_config import Routing
+    from gymflow.reverify._collect import output_row, sent_facts
+    from gymflow.reverify._sent import SentRows
+
+    rows = [
+        {
+            "_ng_task_index": task,
+            "_ng_rollout_index": rollout,
+            "agent_ref": {"name": AGENT},
+            "reward": float(task % 2),
+            "tokens": 2**70 + task,
+            "ok": task % 3 == 0,
+            "mask_sample": task == 2,
+            "response": {"output": [{"n": 5}], "usage": {"input_tokens": 10 + task, "_skip": 1}},
+            "responses_create_params": {"temperature": 0.5},
+            "_ng_reverify_key": "k",
+        }
+        for task in range(4)
+        for rollout in range(2)
+    ]
+    routing = Routing.of({"mcqa": {"resources_servers": {"mcqa": {"host": "h", "port": 1}}}})
+    sent = SentRows()
+    try:
+        gathered = [output_row(row, routing, sent, "", facts=False) for row in rows]
+        assert all(each is not None and each.facts is None and each.sent is not None for each in gathered)
+        spans = [each.sent for each in gathered if each is not None and each.sent is not None]
+        assert sent_facts(sent, spans) == [extract(row) for row in rows]
+    finally:
+        sent.close()
