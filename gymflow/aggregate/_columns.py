@@ -233,27 +233,31 @@ RepeatBlock = tuple[str, dict[str, Any], list[str]]
 
 def repeat_blocks(gathered: Survey) -> dict[int, list[RepeatBlock]]:
     """Per rollout index, each field's §3.5 columns over the rows of that rollout. Takes the
-    columns out of ``gathered`` one by one: a field's values are loaded, split by rollout and let
-    go before the next field's."""
+    columns out of ``gathered`` one by one (and, when every row has every field, its rollout list):
+    a field's values are loaded, split by rollout and let go before the next field's."""
     out: dict[int, list[RepeatBlock]] = {}
+    rows = gathered.rows
     rollouts = gathered.rollouts
-    # The rows of each rollout index (their places in row order), for the fields every row has.
+    # The rows of each rollout index (their places in row order), for the fields every row has;
+    # the list of each row's rollout is kept only for a field some rows lack.
     places_of: dict[int, array[int]] = {}
     for place, rollout in enumerate(rollouts):
         places = places_of.get(rollout)
         if places is None:
             places = places_of[rollout] = array("q")
         places.append(place)
+    if all(column.count == rows for column in gathered.columns.values()):
+        rollouts.clear()
     for name in list(gathered.columns):
         column = gathered.columns.pop(name)
         values = column.load()
         split: dict[int, array[float]] = {}
-        if len(values) == len(rollouts):  # in every row
+        if column.count == rows:
             for rollout, places in places_of.items():
                 split[rollout] = array("d", map(values.__getitem__, places))
         else:
-            rows: Iterable[int] = range(len(values)) if column.positions is None else column.positions
-            for place, value in zip(rows, values, strict=True):
+            held: Iterable[int] = range(len(values)) if column.positions is None else column.positions
+            for place, value in zip(held, values, strict=True):
                 rollout = rollouts[place]
                 part = split.get(rollout)
                 if part is None:
