@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Sequence
 from functools import partial
@@ -101,7 +100,7 @@ def register(eval_commands: argparse._SubParsersAction) -> None:  # type: ignore
         type=int,
         default=None,
         metavar="N",
-        help="--direct: worker processes (default 1); Prefect: parallel tasks (default min(CPUs, 8))",
+        help="--direct: worker processes; Prefect: parallel tasks (default min(CPUs, 8))",
     )
     parser.add_argument(
         "-v", "--verbose", action="store_true", default=None, help="show Prefect's and gymflow's logs"
@@ -113,12 +112,9 @@ def register(eval_commands: argparse._SubParsersAction) -> None:  # type: ignore
     parser.set_defaults(handler=partial(run, parser))
 
 
-def _workers(requested: int | None) -> int:
-    return requested if requested is not None else min(os.cpu_count() or 1, 8)
-
-
 def run(parser: argparse.ArgumentParser, args: argparse.Namespace, extras: Sequence[str]) -> int:
     from gymflow.join import resolve_settings, run_join, summary_paragraph
+    from gymflow.parallel import default_workers
 
     try:
         composed = compose("join", flags=flags_given(args, _FLAGS), overrides=split_overrides(extras))
@@ -153,12 +149,11 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace, extras: Seque
         return USAGE_EXIT
     try:
         ctx = run_context(composed)
+        workers = cfg.workers or default_workers()
         bar = progress_bar(storage.size(settings.rollouts), "join")
         try:
             if cfg.direct:
-                result = run_join(
-                    settings, ctx, use_cache=not cfg.no_cache, workers=cfg.workers or 1, progress=bar
-                )
+                result = run_join(settings, ctx, use_cache=not cfg.no_cache, workers=workers, progress=bar)
             else:
                 from gymflow.cli import orchestrated
 
@@ -167,7 +162,7 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace, extras: Seque
                     cfg.verbose,
                     "join:join_flow",
                     ctx,
-                    _workers(cfg.workers),
+                    workers,
                     settings=settings,
                     use_cache=not cfg.no_cache,
                     progress=bar,
