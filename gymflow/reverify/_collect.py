@@ -4,8 +4,11 @@ for the metrics (reverify.md §2.7, §4 point 6).
 
 Gathered only for a run whose output was empty once ``prepare`` was done (no ``--append`` rows,
 no seeded or resumed rows): then the output holds exactly the rows this run appended, in the
-order they were appended. A row whose facts cannot be read (an index that is not an integer)
-stops the gathering; ``finish`` then reads the file as it always could.
+order they were appended. Each row is kept as its server's ``/aggregate_metrics`` receives it;
+its metrics facts are read only when they are needed: at once with ``--local-metrics`` (where a
+row whose facts cannot be read, an index that is not an integer, stops the gathering and
+``finish`` reads the file as it always could), else from the kept row, for a server that does
+not answer (the rows of a fresh run carry the indices of their requests).
 """
 
 from __future__ import annotations
