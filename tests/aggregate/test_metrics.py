@@ -9,6 +9,7 @@ import pytest
 
 from gymflow.aggregate import DuplicateRolloutError, ScoreSpec, group_metrics, highest_k_metrics, pass_at_k
 from gymflow.aggregate._numbers import median, pairwise_sum, percentiles, sample_std, t975
+from gymflow.aggregate._rows import RowFacts
 from gymflow.perf_summary import perf_summary
 
 from .rows import W1, facts, row, usage
@@ -548,6 +549,17 @@ def test_row_set_statistics_match_a_zero_filled_numpy_column() -> None:
                 assert stats[f"std/{name}"] == math.sqrt(float(np.sum(squares)) / (count - 1))
 
 
+def _repeat_columns(rows: list[RowFacts]) -> dict[str, object]:
+    """The §3.5 columns of one repeat, from its rows themselves (fields sorted by name)."""
+    from gymflow.aggregate._stats import repeat_statistics
+
+    values: dict[str, list[float]] = {}
+    for f in rows:
+        for name, value in zip(f.field_names, f.field_values, strict=True):
+            values.setdefault(name, []).append(float(value))
+    return {k: v for name in sorted(values) for k, v in repeat_statistics(name, values[name], []).items()}
+
+
 @pytest.mark.parametrize("chunk", [None, 7], ids=["in-memory", "spilled"])
 def test_columns_equal_the_row_set_statistics_and_repeats(
     chunk: int | None, monkeypatch: pytest.MonkeyPatch
@@ -562,7 +574,7 @@ def test_columns_equal_the_row_set_statistics_and_repeats(
 
     if chunk is not None:
         monkeypatch.setattr(_columns, "CHUNK", chunk)
-    from gymflow.aggregate._stats import repeat_statistics, set_statistics
+    from gymflow.aggregate._stats import set_statistics
 
     rng = random.Random(11)
     for n in (8, 9, 50, 400):
@@ -600,14 +612,7 @@ def test_columns_equal_the_row_set_statistics_and_repeats(
             by_rollout.setdefault(f.rollout, []).append(f)
         for entry in m.repeat_level_metrics:
             same = by_rollout[entry["_ng_rollout_index"]]
-            values: dict[str, list[float]] = {}
-            for f in same:
-                for name, value in zip(f.field_names, f.field_values, strict=True):
-                    values.setdefault(name, []).append(float(value))
-            expected = {
-                k: v for name in sorted(values) for k, v in repeat_statistics(name, values[name], []).items()
-            }
-            assert {k: v for k, v in entry.items() if "/" in k} == expected
+            assert {k: v for k, v in entry.items() if "/" in k} == _repeat_columns(same)
             assert entry["sample_count"] == len(same)
         assert [g["num_rollouts"] for g in m.group_level_metrics] == [
             len(v)
@@ -625,7 +630,7 @@ def test_runs_of_one_layout_equal_the_row_set_statistics_and_repeats(
     field absent from the last rows; the statistics and repeats are those of the rows."""
     from gymflow.aggregate import _columns
     from gymflow.aggregate._columns import column_statistics, survey
-    from gymflow.aggregate._stats import repeat_statistics, set_statistics
+    from gymflow.aggregate._stats import set_statistics
 
     monkeypatch.setattr(_columns, "RUN_ROWS", 3)
     if chunk is not None:
@@ -656,11 +661,4 @@ def test_runs_of_one_layout_equal_the_row_set_statistics_and_repeats(
     m = group_metrics(facts_)
     for entry in m.repeat_level_metrics:
         same = [f for f in facts_ if f.rollout == entry["_ng_rollout_index"]]
-        values: dict[str, list[float]] = {}
-        for f in same:
-            for name, value in zip(f.field_names, f.field_values, strict=True):
-                values.setdefault(name, []).append(float(value))
-        expected = {
-            k: v for name in sorted(values) for k, v in repeat_statistics(name, values[name], []).items()
-        }
-        assert {k: v for k, v in entry.items() if "/" in k} == expected
+        assert {k: v for k, v in entry.items() if "/" in k} == _repeat_columns(same)
