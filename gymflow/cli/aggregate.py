@@ -74,7 +74,7 @@ def register(eval_commands: argparse._SubParsersAction) -> None:  # type: ignore
         "--workers",
         type=int,
         metavar="N",
-        help="processes reading local shards with --direct (default: min(CPUs, 8))",
+        help="processes reading local shards with --direct (default: min(CPUs, 8) from 192 MiB of shards on)",
     )
     parser.add_argument("--direct", action="store_true", default=None, help="run in-process, without Prefect")
     parser.add_argument(

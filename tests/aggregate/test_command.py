@@ -116,6 +116,31 @@ def test_shard_readers_stop_before_the_merge(two_shards: Path, monkeypatch: pyte
     assert len(read_jsonl(f"{two_shards}/out/merged.jsonl")) == 9
 
 
+@pytest.mark.parametrize("threshold", [0, None], ids=["above-threshold", "below-threshold"])
+def test_readers_start_by_default_only_over_enough_bytes(
+    two_shards: Path, monkeypatch: pytest.MonkeyPatch, threshold: int | None
+) -> None:
+    """Without --workers, shards smaller in all than READERS_MIN_BYTES are read in this process
+    (starting readers would cost more than they save); above it, by default_workers() readers."""
+    from gymflow import parallel
+    from gymflow.aggregate import _command
+
+    if threshold is not None:
+        monkeypatch.setattr(_command, "READERS_MIN_BYTES", threshold)
+    monkeypatch.setattr(_command, "default_workers", lambda: 2)
+    started: list[int] = []
+    pool = parallel.pool
+
+    def counting(workers: int) -> Any:
+        started.append(workers)
+        return pool(workers)
+
+    monkeypatch.setattr(parallel, "pool", counting)
+    run(f"{two_shards}/s/*.jsonl", f"{two_shards}/out/merged.jsonl", workers=None)
+    assert started == ([2] if threshold == 0 else [])
+    assert len(read_jsonl(f"{two_shards}/out/merged.jsonl")) == 9
+
+
 def test_07_merged_sorted_compact_and_kept_when_metrics_fail(two_shards: Path) -> None:
     out = two_shards / "out" / "merged.jsonl"
     run(f"{two_shards}/s/*.jsonl", str(out))
