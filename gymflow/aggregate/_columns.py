@@ -4,8 +4,9 @@ The statistics of a whole group (aggregate.md §3.3 over every scored row, §3.5
 every value of a field, but not the rows: :func:`survey` keeps each field's values as float64
 (8 bytes a value; beyond :data:`CHUNK` values in an unnamed scratch file, written a chunk at a
 time) and each row's rollout index, so a group's rows can be read once, in key order, from
-wherever they are, and let go. The statistics then load one field at a time. The numbers are those
-of :func:`gymflow.aggregate._stats.set_statistics` and of the per-repeat columns, bit for bit.
+wherever they are, and let go. The statistics then load one field at a time. The numbers are
+numpy's over a table column of the rows (0.0 where a row lacks the field), bit for bit; any set of
+8 rows or more takes them from here (:func:`gymflow.aggregate._stats.set_statistics` too).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import math
 import os
 import weakref
 from array import array
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
@@ -216,14 +217,16 @@ def _statistics(
     return average, high, low, middle_value, math.sqrt(spread / (count - 1))
 
 
-def column_statistics(gathered: Survey) -> dict[str, Any]:
-    """§3.3 over the surveyed rows (at least 8): ``set_statistics`` of them, from the columns,
-    one field loaded at a time."""
-    results = [
-        (name, _statistics(gathered.columns[name], gathered.rows, name in gathered.integral))
-        for name in gathered.fields
-    ]
-    in_all = [name for name in gathered.fields if gathered.columns[name].count == gathered.rows]
+def column_statistics(
+    gathered: Survey, fields: Sequence[str] | None = None, integral: set[str] | None = None
+) -> dict[str, Any]:
+    """§3.3 over the surveyed rows (at least 8), from the columns, one field loaded at a time: of
+    the surveyed fields, or of ``fields`` (those the rows have, in that order) with the integral
+    fields ``integral`` (a task's rows, reported with its group's fields)."""
+    names = gathered.fields if fields is None else [name for name in fields if name in gathered.columns]
+    integers = gathered.integral if integral is None else integral
+    results = [(name, _statistics(gathered.columns[name], gathered.rows, name in integers)) for name in names]
+    in_all = [name for name in names if gathered.columns[name].count == gathered.rows]
     return emit_statistics(results, in_all)
 
 

@@ -13,7 +13,6 @@ from typing import Any
 from gymflow.aggregate._numbers import (
     mean,
     median,
-    pairwise_sum,
     percentiles,
     sample_std,
     sequential_sum,
@@ -36,21 +35,6 @@ __all__ = [
 ]
 
 Number = int | float
-
-
-def _columns(rows: Sequence[RowFacts], fields: Sequence[str]) -> dict[str, list[Number | None]]:
-    """Per field, its value in each row of the set (None where the row lacks it)."""
-    layout = rows[0].field_names if rows else ()
-    if all(row.field_names is layout for row in rows):  # the usual case: transpose in C
-        transposed = dict(zip(layout, zip(*(row.field_values for row in rows), strict=True), strict=True))
-        return {name: list(transposed[name]) if name in transposed else [None] * len(rows) for name in fields}
-    columns: dict[str, list[Number | None]] = {name: [None] * len(rows) for name in fields}
-    for index, row in enumerate(rows):
-        for name, value in zip(row.field_names, row.field_values, strict=True):
-            column = columns.get(name)
-            if column is not None:
-                column[index] = value
-    return columns
 
 
 def _present(rows: Sequence[RowFacts], fields: Sequence[str]) -> dict[str, list[Number]]:
@@ -98,37 +82,23 @@ def _small_stats(
     return average, high, low, middle_value, math.sqrt(spread / (count - 1))
 
 
-def _large_stats(
-    column: list[Number | None], integral: bool
-) -> tuple[float, Number, Number, float, float | None]:
-    present = [value for value in column if value is not None]
-    count = len(present)
-    filled = [0.0 if value is None else float(value) for value in column]
-    average = pairwise_sum(filled) / count
-    high, low = max(present), min(present)
-    if not integral:
-        high, low = float(high), float(low)
-    middle_value = median([float(value) for value in present])
-    if count < 2:
-        return average, high, low, middle_value, None
-    squares = [
-        0.0 if raw is None else (average - value) * (average - value)
-        for raw, value in zip(column, filled, strict=True)
-    ]
-    return average, high, low, middle_value, math.sqrt(pairwise_sum(squares) / (count - 1))
-
-
 def set_statistics(rows: Sequence[RowFacts], fields: Sequence[str], integral: set[str]) -> dict[str, Any]:
     """§3.3: ``mean/``, ``max/``, ``min/``, ``median/``, ``std/`` (stat by stat) over a set of rows.
 
     Sums run over the column with 0.0 where a row lacks the field, as a pandas column reduces
-    (numpy's pairwise summation); small sets (a task's rows) take an exact shortcut.
+    (numpy's pairwise summation): from typed columns for 8 rows or more
+    (:func:`gymflow.aggregate._columns.column_statistics`); small sets (a task's rows) take an
+    exact shortcut.
     """
     n = len(rows)
+    if n >= 8:
+        from gymflow.aggregate._columns import column_statistics, survey  # it builds on this module
+
+        return column_statistics(survey(rows), fields, integral)
     results: list[tuple[str, tuple[float, Number, Number, float, float | None]]] = []
     in_all: list[str] = []
     layout = rows[0].field_names if rows else ()
-    if n < 8 and all(row.field_names is layout for row in rows):
+    if all(row.field_names is layout for row in rows):
         # Every row has the same fields (the usual case): transpose in C.
         transposed = dict(zip(layout, zip(*(row.field_values for row in rows), strict=True), strict=True))
         for name in fields:
@@ -136,18 +106,11 @@ def set_statistics(rows: Sequence[RowFacts], fields: Sequence[str], integral: se
             if picked is not None:
                 results.append((name, _small_stats(picked, name in integral)))
                 in_all.append(name)
-    elif n < 8:
+    else:
         for name, values in _present(rows, fields).items():
             if values:
                 results.append((name, _small_stats(values, name in integral)))
                 if len(values) == n:
-                    in_all.append(name)
-    else:
-        for name, column in _columns(rows, fields).items():
-            count = n - column.count(None)
-            if count:
-                results.append((name, _large_stats(column, name in integral)))
-                if count == n:
                     in_all.append(name)
     return emit_statistics(results, in_all)
 
