@@ -9,6 +9,8 @@ the open output files and the launched servers until :func:`~gymflow.reverify.fi
 
 from __future__ import annotations
 
+import itertools
+import os
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -18,14 +20,15 @@ import httpx
 import orjson
 
 from gymflow import provenance, storage
-from gymflow.errors import GymflowError
+from gymflow.errors import GymflowError, InputError
 from gymflow.gym_config import Routing
 from gymflow.reverify import _guard
 from gymflow.reverify._client import ClientSettings, TransportFactory
-from gymflow.reverify._collect import Collected
+from gymflow.reverify._collect import Collected, sort_key
 from gymflow.reverify._inputs import Key, Materialized, build_body, read_materialized
 from gymflow.reverify._migrate import migrate_invalid_judge_rows
 from gymflow.reverify._options import ReverifyOptions
+from gymflow.reverify._order import Entry, KeyOrder
 from gymflow.reverify._outputs import (
     Appender,
     keys_in,
@@ -128,6 +131,9 @@ class ReverifyPlan:
     collected: Collected | None = None
     """What ``finish`` needs of the output's rows, gathered as they are appended (None: it reads
     the file; see :mod:`gymflow.reverify._collect`)."""
+    order: KeyOrder | None = None
+    """Holds completed rows until they can be appended in key order (None: appended as they
+    complete; see :mod:`gymflow.reverify._order`)."""
 
     @property
     def mode(self) -> str:
@@ -148,12 +154,24 @@ class ReverifyPlan:
 
     def sources(self) -> Iterator[tuple[Work, bytes | None]]:
         """Each row still to verify, in work order, with its source line (None in ATIF mode),
-        read lazily and not parsed: :meth:`routed` builds the row."""
+        read lazily and not parsed: :meth:`routed` builds the row. A local source is read line by
+        line where the work says (its order is the key order, :func:`_in_key_order`); another is
+        streamed in file order (the work keeps that order)."""
         if self.options.atif:
             for w in self.work:
                 yield w, None
             return
         if not self.work or self.source is None or self.materialized is None:
+            return
+        if storage.is_local(self.source):
+            path = storage.to_uri(self.source).removeprefix("file://")
+            with open(path, "rb", buffering=0) as handle:
+                fd = handle.fileno()
+                for w in self.work:
+                    line = os.pread(fd, w.length, w.position)
+                    if len(line) != w.length:
+                        raise InputError(f"{self.source!r} changed while reverify was reading it")
+                    yield w, line
             return
         wanted = {w.position: w for w in self.work}
         for offset, line in storage.iter_lines(self.source):
@@ -196,6 +214,33 @@ class ReverifyPlan:
         if collected is not None and not collected.add(orjson.loads(line) if row is None else row, len(line)):
             self.collected = None
 
+    def place(self, entry: Entry) -> None:
+        """Append one completed row (destination, row, line; ``none`` appends nothing), in key
+        order while :attr:`order` holds rows."""
+        order = self.order
+        if order is None:
+            self._write(entry)
+            return
+        row = entry[1]
+        for due in order.add(sort_key(row.get("_ng_task_index"), row.get("_ng_rollout_index")), entry):
+            self._write(due)
+        if order.given_up:
+            self.order = None
+
+    def release(self) -> None:
+        """Append every held row (in key order); later rows are appended as they complete."""
+        order, self.order = self.order, None
+        if order is not None:
+            for entry in order.release():
+                self._write(entry)
+
+    def _write(self, entry: Entry) -> None:
+        destination, row, line = entry
+        if destination == "output":
+            self.append_output(line, row)
+        elif destination != "none":
+            self.append(destination, line)
+
     def flush_file(self, which: str) -> None:
         self.files[which].flush()
 
@@ -212,9 +257,13 @@ class ReverifyPlan:
                 closing.callback(handle.close)
 
     def abort(self) -> None:
-        """Leave the output resumable: flush, put staged files, stop launched servers."""
+        """Leave the output resumable: append held rows, flush, put staged files, stop launched
+        servers."""
         try:
-            self.close_files()
+            try:
+                self.release()
+            finally:
+                self.close_files()
             self.paths.publish()
         finally:
             self.stack.close()
@@ -432,12 +481,21 @@ def _open_plan(
             sent = SentRows()
             stack.callback(sent.close)
         plan.collected = Collected(routing, sent)
+        if source is None or storage.is_local(source):
+            plan.work.sort(key=_work_key)
+        keys = [_work_key(w) for w in plan.work]
+        if all(a <= b for a, b in itertools.pairwise(keys)):
+            plan.order = KeyOrder(keys, options.num_samples_in_parallel)
     if not plan.work:
         echo(NOTHING)
     if "num_samples_in_parallel" in options.model_fields_set:
         # As 0.7.0: only for a bound the user set (gymflow's default bound goes unsaid).
         echo(f"Verifying with {options.num_samples_in_parallel} concurrent requests")
     return plan
+
+
+def _work_key(work: Work) -> tuple[float, float]:
+    return sort_key(work.task, work.rollout)
 
 
 def _resume(

@@ -219,6 +219,8 @@ def _verify_all(plan: ReverifyPlan, executor: Executor, echo: Echo, progress: Pr
 
     if not executor.persistent:
         run(BatchJob(plan, plan.rows(), total, on_row))
+        plan.release()
+        plan.flush()
         return
     # Batches of the work list: a batch's cache key needs only its rows' content keys, and its rows
     # are read and built as its requests go out (no pause to read the next batch first), on one
@@ -233,3 +235,5 @@ def _verify_all(plan: ReverifyPlan, executor: Executor, echo: Echo, progress: Pr
             run(BatchJob(plan, rows, len(works), on_row, keys, stream))
             for _ in pulled:  # a batch found in the result store read none of its rows
                 pass
+    plan.release()
+    plan.flush()

@@ -44,6 +44,8 @@ class Work:
     reverify_key: str
     position: int
     """Byte offset of the rollout (or sidecar) line; index into the items in ATIF mode."""
+    length: int = 0
+    """Bytes of that line, without its terminator (0 in ATIF mode)."""
 
     @property
     def key(self) -> Key:
@@ -140,7 +142,12 @@ def select_native(
         selection.fallback_used = selection.fallback_used or fallback
         selection.work.append(
             Work(
-                key[0], key[1], server, reverify_key("gym", content_sha256(line, raw), hashes(server)), offset
+                key[0],
+                key[1],
+                server,
+                reverify_key("gym", content_sha256(line, raw), hashes(server)),
+                offset,
+                len(raw),
             )
         )
     return selection

@@ -147,12 +147,9 @@ def record_row(
     tally.verified += 1
     if destination == "none":
         tally.no_persist += 1
+        plan.place((destination, row, b""))
         return
-    line = line or dumps(row)
-    if destination == "output":
-        plan.append_output(line, row)
-    else:
-        plan.append(destination, line)
+    plan.place((destination, row, line or dumps(row)))
     if flush:
         plan.flush_file(destination)
     if destination == "output":
@@ -163,7 +160,10 @@ def record_row(
 
 
 def record_batch(plan: ReverifyPlan, result: BatchResult, echo: Echo) -> None:
-    """Append successes to the output and failures to the sidecar (flushed), print the 🚨 lines."""
+    """Append successes to the output and failures to the sidecar (flushed), print the 🚨 lines.
+    The rows come as the batch completed them: rows held for key order are appended first, and
+    the order is given up."""
+    plan.release()
     tally = plan.tally
     for destination, line in result.lines:
         if destination == "output":
