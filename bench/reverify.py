@@ -2,9 +2,12 @@
 
 Run from the repo root: ``python bench/reverify.py [--rows 20000] [--concurrency 32] [--prefect]``.
 
-1. Generates (or reuses, under ``bench/_corpus/``) seeded mcqa-like inputs made by ``bench.reverify_corpus``:
-   ``--rows`` rollouts (default 20,000, 4 per task, ~1.6 KB materialized + ~2 KB rollout lines) and
-   ``--small-rows`` (default 5,000).
+1. Generates (or reuses, under ``bench/_corpus/``) seeded inputs of two generators (``--corpus 1``, ``2`` or
+   ``both``, the default), each at ``--rows`` (default 20,000) and ``--small-rows`` (default 5,000) rollouts:
+   corpus 1, mcqa-like rows of ``bench.reverify_corpus`` (4 per task, ~1.6 KB materialized + ~2 KB rollout
+   lines); corpus 2, ``bench.reverify_corpus2`` (the rollouts of ``bench.corpus2``: 1 to 16 per task, 1.7 to
+   25 KB bodies, three agents, taskset rows, duplicates, blank lines, rows without a materialized input).
+   Every figure below is printed for each corpus.
 2. Starts the test resources server (``tests.reverify.server``: Starlette on uvicorn with uvloop and
    httptools, ``--server-workers`` processes, ``--latency-ms`` of ``asyncio.sleep`` per ``/verify``).
 3. ``bare``: one aiohttp session, ``--concurrency`` workers posting the prebuilt bodies (materialized row plus
@@ -20,8 +23,9 @@ Run from the repo root: ``python bench/reverify.py [--rows 20000] [--concurrency
    with ``--prefect``; skipped with ``--no-prefect``. Its result store is a fresh directory (through a
    ``GYMFLOW_CONFIG`` file, unless one is set), so no batch comes from an earlier run's cache.
 
-Prints ``ratio = gymflow rows/s / bare aiohttp req/s`` (wall and in-loop; target >= 0.8) and RSS at both
-sizes (target <= 200 MB, flat). Needs ``psutil`` and ``aiohttp``.
+Prints ``ratio = gymflow rows/s / bare aiohttp req/s`` (wall and in-loop; target >= 0.8), RSS at both
+sizes (target <= 200 MB, flat) and the orchestrated run's rate over ``--direct``'s on the same corpus
+(target >= 0.7). Needs ``psutil`` and ``aiohttp``.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,7 +51,7 @@ if str(REPO) not in sys.path:
 
 import orjson  # noqa: E402
 
-from bench import reverify_corpus  # noqa: E402
+from bench import reverify_corpus, reverify_corpus2  # noqa: E402
 from tests.reverify.server_process import ServerProcess, start_server, write_gym_config  # noqa: E402
 
 CORPUS_ROOT = REPO / "bench" / "_corpus"
@@ -84,25 +88,54 @@ class Run:
         return self.rows / self.wall_s if self.wall_s else 0.0
 
 
-def ensure_corpus(rows: int, seed: int) -> Path:
-    """The directory holding the seeded inputs, generated when missing or made by other generator code."""
-    fingerprint = hashlib.sha256(Path(reverify_corpus.__file__).read_bytes()).hexdigest()[:12]
-    prefix = f"reverify-rows{rows}-seed{seed}-"
+@dataclass(frozen=True)
+class Corpus:
+    """One generator's inputs: where they are, what a bare client posts, how many rows reverify
+    verifies, and the agents the config routes."""
+
+    name: str
+    directory: Path
+    bodies: Callable[[], list[bytes]]
+    rows: int
+    agents: tuple[str, ...]
+
+
+def ensure_corpus(which: str, rows: int, seed: int) -> Corpus:
+    """The seeded inputs of corpus ``which`` (``1``: ``bench.reverify_corpus``, ``2``:
+    ``bench.reverify_corpus2``), generated when missing or made by other generator code."""
+    module: Any = reverify_corpus if which == "1" else reverify_corpus2
+    fingerprint = hashlib.sha256(Path(module.__file__).read_bytes()).hexdigest()[:12]
+    prefix = f"reverify-rows{rows}-seed{seed}-" if which == "1" else f"reverify2-rows{rows}-seed{seed}-"
     directory = CORPUS_ROOT / (prefix + fingerprint)
-    if (directory / reverify_corpus.ROLLOUTS).is_file():
-        return directory
-    for stale in CORPUS_ROOT.glob(prefix + "*") if CORPUS_ROOT.is_dir() else []:
-        shutil.rmtree(stale, ignore_errors=True)
-    began = time.perf_counter()
-    reverify_corpus.write(directory, rows, seed)
-    size = sum(p.stat().st_size for p in directory.iterdir())
-    seconds = time.perf_counter() - began
-    print(f"generated {directory.relative_to(REPO)}: {rows} rows, {size / 1e6:.0f} MB in {seconds:.1f} s")
-    return directory
+    if not (directory / module.ROLLOUTS).is_file():
+        for stale in CORPUS_ROOT.glob(prefix + "*") if CORPUS_ROOT.is_dir() else []:
+            shutil.rmtree(stale, ignore_errors=True)
+        began = time.perf_counter()
+        module.write(directory, rows, seed)
+        size = sum(p.stat().st_size for p in directory.iterdir())
+        seconds = time.perf_counter() - began
+        print(f"generated {directory.relative_to(REPO)}: {rows} rows, {size / 1e6:.0f} MB in {seconds:.1f} s")
+    if which == "1":
+        return Corpus(
+            "corpus 1 (mcqa)",
+            directory,
+            lambda: request_bodies(directory),
+            _count_lines(directory / reverify_corpus.ROLLOUTS),
+            (reverify_corpus.AGENT,),
+        )
+    bodies = directory / reverify_corpus2.BODIES
+    return Corpus(
+        "corpus 2 (bench.corpus2 rollouts)",
+        directory,
+        lambda: bodies.read_bytes().splitlines(),
+        _count_lines(bodies),
+        reverify_corpus2.AGENTS,
+    )
 
 
 def request_bodies(directory: Path) -> list[bytes]:
-    """The ``/verify`` bodies in rollout-file order: the materialized row with the rollout's ``response``."""
+    """Corpus 1's ``/verify`` bodies in rollout-file order: the materialized row with the rollout's
+    ``response``."""
     by_key: dict[tuple[int, int], dict[str, Any]] = {}
     with open(directory / reverify_corpus.MATERIALIZED, "rb") as handle:
         for line in handle:
@@ -191,12 +224,12 @@ def _count_lines(path: Path) -> int:
 
 
 def run_gymflow(
-    label: str, corpus: Path, config: Path, work: Path, *, direct: bool, extra: Sequence[str]
+    label: str, inputs: Corpus, config: Path, work: Path, *, direct: bool, extra: Sequence[str]
 ) -> Run:
     """Run the command once on a fresh output, polling RSS of its tree and the output's growth."""
     import psutil
 
-    rows = _count_lines(corpus / reverify_corpus.ROLLOUTS)
+    rows, corpus = inputs.rows, inputs.directory
     # A path without spaces: an orchestrated run names its outputs as Prefect assets, whose keys
     # cannot hold one (a run under "gymflow Prefect/" failed at its last step).
     out_dir = work / re.sub(r"[^A-Za-z0-9._-]+", "-", label).strip("-")
@@ -316,6 +349,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=20_000)
     parser.add_argument("--small-rows", type=int, default=5_000)
+    parser.add_argument("--corpus", choices=("1", "2", "both"), default="both")
     parser.add_argument("--concurrency", type=int, default=32, help="the bare client's concurrency")
     parser.add_argument("--concurrency-flag", action="store_true", help="also pass --concurrency to gymflow")
     parser.add_argument("--seed", type=int, default=0)
@@ -327,74 +361,91 @@ def main(argv: Sequence[str] | None = None) -> int:
     prefect.add_argument("--no-prefect", action="store_true", help="skip the orchestrated run")
     args = parser.parse_args(argv)
 
-    large = ensure_corpus(args.rows, args.seed)
-    small = ensure_corpus(args.small_rows, args.seed)
-    bodies = request_bodies(large)
+    chosen = ("1", "2") if args.corpus == "both" else (args.corpus,)
+    corpora = [
+        (ensure_corpus(c, args.rows, args.seed), ensure_corpus(c, args.small_rows, args.seed)) for c in chosen
+    ]
     server: ServerProcess = start_server(
         "stateless", workers=args.server_workers, latency_ms=args.latency_ms, no_log=True, timeout_s=60
     )
     work = Path(tempfile.mkdtemp(prefix="gymflow-bench-reverify-"))
+    ok = True
     try:
         workers, latency = args.server_workers, args.latency_ms
         print(
             f"server: {server.url}, {workers} uvicorn workers (uvloop, httptools), {latency:g} ms per /verify"
         )
-        bare_client(server.url, bodies[:1000], args.concurrency)  # warm-up
-        bare_before, bare_cpu_ms = bare_client(server.url, bodies, args.concurrency)
-        print(
-            f"bare aiohttp: {len(bodies)} requests at concurrency {args.concurrency}: "
-            f"{bare_before:.0f} req/s, client CPU {bare_cpu_ms:.2f} ms/request"
-        )
-        if args.bare_only:
-            return 0
-        client_rps = core_client(server.url, bodies)
-        if client_rps is not None:
-            print(f"gymflow /verify client alone (in process): {client_rps:.0f} req/s "
-                  f"({client_rps / bare_before:.2f} of bare)")  # fmt: skip
-        config = write_gym_config(
-            work / "gym_config.yaml", {"mcqa": server}, agents={reverify_corpus.AGENT: "mcqa"}
-        )
-        marks = phases(large, config, work)
-        if marks is not None:
-            print(
-                f"direct path in process (large): prepare {marks['prepare']:.2f} s, verify stream "
-                f"{marks['stream']:.2f} s = {args.rows / marks['stream']:.0f} rows/s, "
-                f"finish {marks['finish']:.2f} s"
-            )
-        extra = ["--concurrency", str(args.concurrency)] if args.concurrency_flag else []
-        runs = [run_gymflow("gymflow --direct (large)", large, config, work, direct=True, extra=extra)]
-        bare_after, bare_cpu_after = bare_client(server.url, bodies, args.concurrency)
-        bare_cpu_ms = min(bare_cpu_ms, bare_cpu_after)
-        del bodies
-        bare_rps = max(bare_before, bare_after)
-        print(
-            f"bare aiohttp again: {bare_after:.0f} req/s; ratios below use the better, {bare_rps:.0f} req/s"
-        )
-        runs.append(run_gymflow("gymflow --direct (small)", small, config, work, direct=True, extra=extra))
-        if not args.no_prefect:
-            corpus = large if args.prefect else small
-            runs.append(run_gymflow("gymflow Prefect", corpus, config, work, direct=False, extra=extra))
-        for run in runs:
-            _report(run, bare_rps, bare_cpu_ms)
-        direct = runs[0]
-        if direct.ok:
-            wall_ratio = direct.rows_per_s() / bare_rps
-            loop_ratio = direct.rows_per_s(loop=True) / bare_rps
-            print(f"ratio = {wall_ratio:.2f} (wall), {loop_ratio:.2f} (in-loop); target >= 0.8")
-            cpu_ratio = bare_cpu_ms / (direct.cpu_s * 1000 / direct.rows)
-            print(
-                f"CPU ratio = bare ms/request / gymflow ms/row = {cpu_ratio:.2f} "
-                "(what the wall ratio tends to when the client is CPU-bound)"
-            )
-            small_mb, large_mb = runs[1].peak_tree_rss / 2**20, direct.peak_tree_rss / 2**20
-            print(
-                f"peak RSS: {small_mb:.0f} MB at {runs[1].rows} rows, "
-                f"{large_mb:.0f} MB at {direct.rows} rows; target <= 200 MB, flat"
-            )
-        return 0 if all(run.ok for run in runs) else 1
+        for large, small in corpora:
+            print(f"\n== {large.name}: {large.rows} rows to verify (small: {small.rows})", flush=True)
+            ok = _bench_corpus(args, server, work, large, small) and ok
+        return 0 if ok else 1
     finally:
         server.stop()
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _bench_corpus(
+    args: argparse.Namespace, server: ServerProcess, work: Path, large: Corpus, small: Corpus
+) -> bool:
+    bodies = large.bodies()
+    bare_client(server.url, bodies[:1000], args.concurrency)  # warm-up
+    bare_before, bare_cpu_ms = bare_client(server.url, bodies, args.concurrency)
+    print(
+        f"bare aiohttp: {len(bodies)} requests at concurrency {args.concurrency}: "
+        f"{bare_before:.0f} req/s, client CPU {bare_cpu_ms:.2f} ms/request"
+    )
+    if args.bare_only:
+        return True
+    client_rps = core_client(server.url, bodies)
+    if client_rps is not None:
+        print(f"gymflow /verify client alone (in process): {client_rps:.0f} req/s "
+              f"({client_rps / bare_before:.2f} of bare)")  # fmt: skip
+    config = write_gym_config(
+        work / "gym_config.yaml", {"mcqa": server}, agents=dict.fromkeys(large.agents, "mcqa")
+    )
+    marks = phases(large.directory, config, work)
+    if marks is not None:
+        print(
+            f"direct path in process (large): prepare {marks['prepare']:.2f} s, verify stream "
+            f"{marks['stream']:.2f} s = {large.rows / marks['stream']:.0f} rows/s, "
+            f"finish {marks['finish']:.2f} s"
+        )
+    extra = ["--concurrency", str(args.concurrency)] if args.concurrency_flag else []
+    runs = [run_gymflow("gymflow --direct (large)", large, config, work, direct=True, extra=extra)]
+    bare_after, bare_cpu_after = bare_client(server.url, bodies, args.concurrency)
+    bare_cpu_ms = min(bare_cpu_ms, bare_cpu_after)
+    del bodies
+    bare_rps = max(bare_before, bare_after)
+    print(f"bare aiohttp again: {bare_after:.0f} req/s; ratios below use the better, {bare_rps:.0f} req/s")
+    runs.append(run_gymflow("gymflow --direct (small)", small, config, work, direct=True, extra=extra))
+    if not args.no_prefect:
+        corpus = large if args.prefect else small
+        runs.append(run_gymflow("gymflow Prefect", corpus, config, work, direct=False, extra=extra))
+    for run in runs:
+        _report(run, bare_rps, bare_cpu_ms)
+    direct = runs[0]
+    if direct.ok:
+        wall_ratio = direct.rows_per_s() / bare_rps
+        loop_ratio = direct.rows_per_s(loop=True) / bare_rps
+        print(f"ratio = {wall_ratio:.2f} (wall), {loop_ratio:.2f} (in-loop); target >= 0.8")
+        cpu_ratio = bare_cpu_ms / (direct.cpu_s * 1000 / direct.rows)
+        print(
+            f"CPU ratio = bare ms/request / gymflow ms/row = {cpu_ratio:.2f} "
+            "(what the wall ratio tends to when the client is CPU-bound)"
+        )
+        small_mb, large_mb = runs[1].peak_tree_rss / 2**20, direct.peak_tree_rss / 2**20
+        print(
+            f"peak RSS: {small_mb:.0f} MB at {runs[1].rows} rows, "
+            f"{large_mb:.0f} MB at {direct.rows} rows; target <= 200 MB, flat"
+        )
+        orchestrated = runs[2] if len(runs) > 2 else None
+        if orchestrated is not None and orchestrated.ok:
+            same = direct if args.prefect else runs[1]
+            print(
+                f"orchestrated / --direct on the {'large' if args.prefect else 'small'} corpus: "
+                f"{orchestrated.rows_per_s() / same.rows_per_s():.2f}; target >= 0.7"
+            )
+    return all(run.ok for run in runs)
 
 
 if __name__ == "__main__":
