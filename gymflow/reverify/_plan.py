@@ -25,7 +25,7 @@ from gymflow.gym_config import Routing
 from gymflow.reverify import _guard
 from gymflow.reverify._client import ClientSettings, TransportFactory
 from gymflow.reverify._collect import Collected, sort_key
-from gymflow.reverify._inputs import Key, Materialized, build_body, read_materialized
+from gymflow.reverify._inputs import Key, Materialized, build_body, read_materialized, sent_fields
 from gymflow.reverify._migrate import migrate_invalid_judge_rows
 from gymflow.reverify._options import ReverifyOptions
 from gymflow.reverify._order import Entry, KeyOrder
@@ -185,7 +185,7 @@ class ReverifyPlan:
             item = self.items[work.position]
         else:
             assert self.materialized is not None
-            body = build_body(orjson.loads(self.materialized[work.key]), orjson.loads(line))
+            body = build_body(orjson.loads(self.materialized[work.key]), sent_fields(line))
             item = Item(work.task, work.rollout, body, "", "gym")
         return Routed(item, work.server, self.urls[work.server], work.reverify_key)
 

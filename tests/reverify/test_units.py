@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 
 from gymflow.gym_config import RouteError, Routing, resources_server_urls, verifier_block, verifier_sha256
 from gymflow.reverify._client import ClientSettings, Request, Result, verify_requests
+from gymflow.reverify._inputs import build_body, sent_fields
 from gymflow.reverify._results import classify, stamp
 
 pytestmark = pytest.mark.timeout(30)
@@ -217,3 +220,32 @@ def test_a_stream_verifies_batch_after_batch_on_one_loop_in_its_starters_context
     assert sorted(results) == list(range(10)) and all(r.answer == {"reward": 1.0} for r in results.values())
     assert transports == [FAST.concurrency]  # one sender for both batches
     assert {(setting, thread) for _, setting, thread in seen} == {("the run's", "gymflow-verify")}
+
+
+_SENT_LINES = [
+    b'{"_ng_task_index":0,"_ng_rollout_index":1,"response":{"id":"r","output":[]},"reward":1.0}',
+    # json.dumps spacing and escapes, fields a body takes from the rollout, the response not last
+    json.dumps(
+        {
+            "response": {"output": [{"text": "d\u00e9j\u00e0 \u2028 \U0001f680", "n": 2.5e-7}]},
+            "reference_ids": [3],
+            "deliverables_dir": "/d",
+            "reward": 0,
+            "big": 18446744073709551615,
+        },
+        ensure_ascii=True,
+    ).encode(),
+    b'{"response":null,"response":{"again":true}}',  # a repeated key: the last one, as orjson reads it
+    b'{"response":"x","deep":' + b"[" * 250 + b"]" * 250 + b"}",  # deeper than the agreement check
+    b'{"response":{"s":"\\ud83d\\ude80"}}',  # a surrogate pair escaped
+]
+
+
+@pytest.mark.parametrize("line", _SENT_LINES)
+def test_a_body_sends_the_response_as_the_line_holds_it(line: bytes) -> None:
+    """The body built from the line's own response text reads back as the body built from the
+    whole parsed row, key for key and in the same order."""
+    materialized = {"responses_create_params": {"input": []}, "_ng_task_index": 0, "expected_answer": "A"}
+    fast = orjson.loads(orjson.dumps(build_body(materialized, sent_fields(line))))
+    exact = build_body(materialized, orjson.loads(line))
+    assert fast == exact and list(fast) == list(exact)
