@@ -18,12 +18,14 @@ from gymflow.errors import InputError
 __all__ = [
     "Key",
     "Materialized",
+    "RolloutHead",
     "build_body",
     "content_sha256",
     "iter_rows",
     "key_of",
     "missing_response",
     "parse_row",
+    "read_heads",
     "read_materialized",
     "row_key",
     "sent_fields",
@@ -59,13 +61,14 @@ def parse_row(url: str, number: int, raw: bytes) -> dict[str, Any]:
 
 def row_key(url: str, number: int, row: Mapping[str, Any]) -> Key:
     """The (task, rollout) key; both must be JSON integers."""
-    values: list[int] = []
-    for name in _INDEX_FIELDS:
-        value = row.get(name)
+    return _checked_key(url, number, row.get(_INDEX_FIELDS[0]), row.get(_INDEX_FIELDS[1]))
+
+
+def _checked_key(url: str, number: int, task: Any, rollout: Any) -> Key:
+    for name, value in zip(_INDEX_FIELDS, (task, rollout), strict=True):
         if isinstance(value, bool) or not isinstance(value, int):
             raise InputError(f"{url!r} line {number}: {name} must be an integer")
-        values.append(value)
-    return values[0], values[1]
+    return task, rollout
 
 
 def key_of(row: Mapping[str, Any]) -> Key | None:
@@ -85,6 +88,46 @@ def iter_rows(url: str) -> Iterator[tuple[int, int, bytes, dict[str, Any]]]:
             continue
         raw = _strip(line)
         yield number, offset, raw, parse_row(url, number, raw)
+
+
+class RolloutHead(msgspec.Struct):
+    """What selection reads of a rollout (or sidecar) row: its key, whether it has a ``response``
+    and its failure class."""
+
+    task: Any = msgspec.field(default=None, name="_ng_task_index")
+    rollout: Any = msgspec.field(default=None, name="_ng_rollout_index")
+    response: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)
+    failure_class: Any = msgspec.field(default=None, name="_ng_failure_class")
+
+
+_HEAD = msgspec.json.Decoder(RolloutHead)
+_PRESENT = msgspec.Raw(b"null")
+
+
+def read_heads(url: str) -> Iterator[tuple[int, int, bytes, RolloutHead, Key]]:
+    """:func:`iter_rows` reading only a :class:`RolloutHead` of each row, and its key (checked as
+    :func:`row_key` checks it). A line is read by msgspec, which skips the other fields, where it
+    can only agree with ``orjson.loads`` (:func:`~gymflow._json_agreement.msgspec_agrees`); any
+    other line is parsed whole, so it is accepted or refused, with the same message, as
+    :func:`parse_row` would."""
+    number = 0
+    for offset, line in storage.iter_lines(url):
+        number += 1
+        if not line.strip():
+            continue
+        raw = _strip(line)
+        head: RolloutHead | None = None
+        if msgspec_agrees(raw):
+            try:
+                head = _HEAD.decode(raw)
+            except msgspec.MsgspecError:  # not an object, or deeper than msgspec reads
+                head = None
+        if head is None:
+            row = parse_row(url, number, raw)
+            response = _PRESENT if "response" in row else msgspec.Raw()
+            task, rollout = row.get("_ng_task_index"), row.get("_ng_rollout_index")
+            head = RolloutHead(task, rollout, response, row.get("_ng_failure_class"))
+        yield number, offset, raw, head, _checked_key(url, number, head.task, head.rollout)
 
 
 class Materialized:

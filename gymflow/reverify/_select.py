@@ -21,7 +21,8 @@ from gymflow.reverify._inputs import (
     content_sha256,
     iter_rows,
     missing_response,
-    row_key,
+    parse_row,
+    read_heads,
 )
 from gymflow.reverify._results import reverify_key
 from gymflow.reverify.launch import Servers
@@ -118,11 +119,10 @@ def select_native(
     """
     selection = Selection()
     seen: set[Key] = set()
-    for number, offset, raw, row in iter_rows(source):
+    for number, offset, raw, head, key in read_heads(source):
         if limit is not None and len(selection.work) >= limit:
             break
-        key = row_key(source, number, row)
-        if recovery and (row.get("_ng_failure_class") not in RECOVERED_CLASSES or key in exclude):
+        if recovery and (head.failure_class not in RECOVERED_CLASSES or key in exclude):
             continue
         if key in seen:
             if not recovery:
@@ -131,13 +131,13 @@ def select_native(
         seen.add(key)
         line = materialized.get(key)
         if line is None:
-            selection.unmatched.append(unmatched_row(key, row, raw))
+            selection.unmatched.append(unmatched_row(key, parse_row(source, number, raw), raw))
             continue
-        if "response" not in row:
-            raise missing_response(key, row)
+        if not head.response:
+            raise missing_response(key, parse_row(source, number, raw))
         fields = materialized.routes.get(key)
         if fields is None:  # a task_input row: its body is built (and checked) to route it
-            fields = build_body(orjson.loads(line), row)
+            fields = build_body(orjson.loads(line), parse_row(source, number, raw))
         server, fallback = route(routing, fields)
         selection.fallback_used = selection.fallback_used or fallback
         selection.work.append(

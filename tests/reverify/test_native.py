@@ -339,6 +339,9 @@ def test_item_52_reverify_key_recomputed(case: Case) -> None:
     assert verifier == hashlib.sha256(canonical).hexdigest()
 
 
+_MALFORMED = "Malformed JSON in '{file}' at line 2: "
+
+
 @pytest.mark.parametrize(
     ("line", "message"),
     [
@@ -349,6 +352,13 @@ def test_item_52_reverify_key_recomputed(case: Case) -> None:
             "'{file}' line 2: _ng_task_index must be an integer",
         ),
         ('{"_ng_task_index": 0}', "'{file}' line 2: _ng_rollout_index must be an integer"),
+        (
+            '{"_ng_task_index": true, "_ng_rollout_index": 1}',
+            "'{file}' line 2: _ng_task_index must be an integer",
+        ),
+        # what orjson refuses inside a field reverify does not read (selection reads only a few)
+        ('{"_ng_task_index": 0, "_ng_rollout_index": 0, "x": 1e400}', _MALFORMED),
+        ('{"_ng_task_index": 0, "_ng_rollout_index": 0, "s": "\\ud800"}', _MALFORMED),
     ],
 )
 def test_malformed_lines(case: Case, line: str, message: str) -> None:
