@@ -24,7 +24,7 @@ from typing import Any, Final
 
 import httpx
 
-from gymflow import lineage, provenance
+from gymflow import kept, lineage, provenance
 from gymflow.errors import GymflowError
 from gymflow.executor import Executor, LocalExecutor, Step
 from gymflow.reverify._client import Stream, TransportFactory, secure
@@ -32,7 +32,7 @@ from gymflow.reverify._finish import COMMAND, ReverifyOutcome, finish
 from gymflow.reverify._options import ReverifyOptions
 from gymflow.reverify._plan import Echo, ReverifyPlan, Routed, prepare
 from gymflow.reverify._results import Destination
-from gymflow.reverify._verify import BatchResult, OnRow, record_batch, record_row, verify_batch
+from gymflow.reverify._verify import BatchResult, OnRow, keep, record_batch, record_row, verify_batch
 from gymflow.reverify.launch import server_block
 from gymflow.run_context import RunContext
 
@@ -59,6 +59,8 @@ class BatchJob:
     """Each row's server and content key: a cached batch, whose result holds its rows."""
     stream: Stream | None = None
     """The run's loop and connections, shared by its batches (None: the batch opens its own)."""
+    keep_dir: str | None = None
+    """Where a stored result keeps the batch's rows (:mod:`gymflow.kept`; None: in the result)."""
 
 
 class FailedRows(GymflowError):
@@ -75,6 +77,8 @@ def _verify(job: BatchJob) -> BatchResult:
     result = verify_batch(job.plan, job.rows, job.on_row, job.count, keep=bool(job.keys), stream=job.stream)
     if result.failures:
         raise FailedRows(result, job.count)
+    if job.keep_dir is not None and result.lines:
+        return keep(result, job.keep_dir, _batch_key(job))
     return result
 
 
@@ -202,13 +206,18 @@ def _verify_all(plan: ReverifyPlan, executor: Executor, echo: Echo, progress: Pr
         if progress is not None:
             progress(done, failures, total)
 
+    def outcome(job: BatchJob, step: Step[BatchJob, BatchResult]) -> BatchResult:
+        try:
+            return executor.call(step, job)
+        except FailedRows as failed:
+            return failed.result
+
     def run(job: BatchJob) -> None:
         nonlocal done, failures
         before = done
-        try:
-            result = executor.call(VERIFY_BATCH, job)
-        except FailedRows as failed:
-            result = failed.result
+        result = outcome(job, VERIFY_BATCH)
+        if done == before and job.count and not kept.present(result.files):
+            result = outcome(job, VERIFY_BATCH.cached(False))  # its kept rows are gone: verified again
         plan.flush()
         if done == before and job.count:  # found in the result store: no row completed in this run
             record_batch(plan, result, echo)
@@ -232,7 +241,7 @@ def _verify_all(plan: ReverifyPlan, executor: Executor, echo: Echo, progress: Pr
             pulled = itertools.islice(sources, len(works))
             rows = (plan.routed(work, line) for work, line in pulled)
             keys = tuple((w.server, w.reverify_key) for w in works)
-            run(BatchJob(plan, rows, len(works), on_row, keys, stream))
+            run(BatchJob(plan, rows, len(works), on_row, keys, stream, executor.keep_dir))
             for _ in pulled:  # a batch found in the result store read none of its rows
                 pass
     plan.release()

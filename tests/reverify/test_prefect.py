@@ -3,9 +3,11 @@ as ``--direct``; after a judge outage, a rerun verifies only the batches that ha
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
+import orjson
 import pytest
 
 from gymflow.cli import main
@@ -155,3 +157,46 @@ def test_failed_rows_reach_no_log(
             logs = client.read_logs(log_filter=only_this_run)
     assert logs  # the run's logs are there
     assert all(canary not in log.message and len(log.message) < 2000 for log in logs)
+
+
+def test_stored_batches_keep_their_rows_in_files_and_lost_ones_are_verified_again(
+    tmp_path: Path,
+    resources_server: ServerProcess,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    store = tmp_path / "results"
+    settings = tmp_path / "gymflow.yaml"
+    settings.write_text(f"prefect:\n  result_store: {store}\n")
+    monkeypatch.setenv("GYMFLOW_CONFIG", str(settings))
+    materialized, rollouts = mcqa_rows(600, 2)  # 1,200 rows: batches of 1000 and 200
+    write_jsonl(tmp_path / "inputs.jsonl", materialized)
+    write_jsonl(tmp_path / "rollouts.jsonl", rollouts)
+    config = write_gym_config(tmp_path / "cfg.yaml", {"mcqa": resources_server})
+    output = tmp_path / "out.jsonl"
+    resources_server.reset()
+    assert main(_args(tmp_path, config, output)) == 0
+    expected = output.read_bytes()
+    assert len(resources_server.log("/verify")) == 1200
+
+    kept = store / "gymflow-kept"
+    batches = sorted(path for path in kept.iterdir() if path.name.startswith("reverify-batch-"))
+    assert len(batches) == 2
+    assert sum(len((batch / "rows.jsonl").read_bytes().splitlines()) for batch in batches) == 1200
+    stored = [path for path in store.rglob("*") if path.is_file() and kept not in path.parents]
+    assert stored and max(path.stat().st_size for path in stored) < 100_000  # names, not 1,000 rows
+
+    resources_server.reset()
+    assert main(_args(tmp_path, config, output, "--overwrite")) == 0
+    assert resources_server.log("/verify") == []  # both batches read from their kept files
+    assert output.read_bytes() == expected
+
+    rows = (batches[0] / "rows.jsonl").read_bytes().splitlines()
+    lost = {(row["_ng_task_index"], row["_ng_rollout_index"]) for row in map(orjson.loads, rows)}
+    shutil.rmtree(batches[0])
+    resources_server.reset()
+    assert main(_args(tmp_path, config, output, "--overwrite")) == 0
+    # Only the batch whose rows were lost is verified again.
+    assert {tuple(entry["key"]) for entry in resources_server.log("/verify")} == lost
+    assert output.read_bytes() == expected
+    capsys.readouterr()
