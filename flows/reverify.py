@@ -4,17 +4,19 @@ batches are cached tasks), then the run's artifacts. It holds no sequence of its
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prefect import flow
 
 from gymflow.flows._artifacts import publish_reverify
 from gymflow.flows._runtime import flow_executor
-from gymflow.pipeline import Reverify
 from gymflow.reverify import Progress, ReverifyOptions, ReverifyOutcome, run_reverify
 from gymflow.reverify._plan import Echo
 from gymflow.run_context import RunContext
 from gymflow.tasks.executor import PrefectExecutor
+
+if TYPE_CHECKING:  # the pipeline (every command's core) is not imported to re-verify
+    from gymflow.pipeline import Reverify
 
 
 @flow(name="eval-reverify", log_prints=False, validate_parameters=False)
