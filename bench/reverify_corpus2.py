@@ -18,14 +18,13 @@ rollouts with one text message, flat materialized rows, every line compact orjso
 
 Rows ``bench.corpus2`` makes unreadable, and integers beyond 64 bits, are left out: NeMo Gym 0.7.0
 reads these inputs with orjson and stops on them, and so does reverify (an input error, exit 1).
-``python -m bench.reverify_corpus2 DIR --rows N`` writes ``materialized_inputs.jsonl``,
-``rollouts.jsonl`` and ``bodies.jsonl`` (the ``/verify`` body of each row reverify sends, in
-rollout-file order, for a bare client to post).
+``bench/reverify.py --corpus 2`` generates it under ``bench/_corpus/``: :func:`write` writes
+``materialized_inputs.jsonl``, ``rollouts.jsonl`` and ``bodies.jsonl`` (the ``/verify`` body of each
+row reverify sends, in rollout-file order, for a bare client to post).
 """
 
 from __future__ import annotations
 
-import argparse
 import random
 from pathlib import Path
 from typing import Any
@@ -111,16 +110,3 @@ def write(directory: Path, rows: int, seed: int = 0) -> int:
     with open(directory / MATERIALIZED, "wb") as out:
         out.writelines(orjson.dumps(materialized[key]) + b"\n" for key in sorted(materialized))
     return verified
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("directory", type=Path)
-    parser.add_argument("--rows", type=int, default=20_000)
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
-    print(write(args.directory, args.rows, args.seed), "rows to verify")
-
-
-if __name__ == "__main__":
-    main()

@@ -79,14 +79,18 @@ def key_of(row: Mapping[str, Any]) -> Key | None:
     return None
 
 
-def iter_rows(url: str) -> Iterator[tuple[int, int, bytes, dict[str, Any]]]:
-    """``(line number, offset, line without terminator, object)`` for every non-blank line."""
+def _lines(url: str) -> Iterator[tuple[int, int, bytes]]:
+    """``(line number, offset, line without terminator)`` for every non-blank line."""
     number = 0
     for offset, line in storage.iter_lines(url):
         number += 1
-        if not line.strip():
-            continue
-        raw = _strip(line)
+        if line.strip():
+            yield number, offset, _strip(line)
+
+
+def iter_rows(url: str) -> Iterator[tuple[int, int, bytes, dict[str, Any]]]:
+    """``(line number, offset, line without terminator, object)`` for every non-blank line."""
+    for number, offset, raw in _lines(url):
         yield number, offset, raw, parse_row(url, number, raw)
 
 
@@ -110,12 +114,7 @@ def read_heads(url: str) -> Iterator[tuple[int, int, bytes, RolloutHead, Key]]:
     can only agree with ``orjson.loads`` (:func:`~gymflow._json_agreement.msgspec_agrees`); any
     other line is parsed whole, so it is accepted or refused, with the same message, as
     :func:`parse_row` would."""
-    number = 0
-    for offset, line in storage.iter_lines(url):
-        number += 1
-        if not line.strip():
-            continue
-        raw = _strip(line)
+    for number, offset, raw in _lines(url):
         head: RolloutHead | None = None
         if msgspec_agrees(raw):
             try:
