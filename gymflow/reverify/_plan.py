@@ -155,8 +155,8 @@ class ReverifyPlan:
     def sources(self) -> Iterator[tuple[Work, bytes | None]]:
         """Each row still to verify, in work order, with its source line (None in ATIF mode),
         read lazily and not parsed: :meth:`routed` builds the row. A local source is read line by
-        line where the work says (its order is the key order, :func:`_in_key_order`); another is
-        streamed in file order (the work keeps that order)."""
+        line where the work says (a fresh run's work is in key order: :func:`_open_plan`); a remote
+        one is streamed, in file order (its work keeps that order)."""
         if self.options.atif:
             for w in self.work:
                 yield w, None

