@@ -36,7 +36,8 @@ def test_bodies_are_reverifys_for_the_rows_it_verifies(tmp_path: Path) -> None:
     bodies = [orjson.loads(line) for line in (tmp_path / reverify_corpus2.BODIES).read_bytes().splitlines()]
     assert bodies == expected and len(bodies) == verified
     assert unmatched and duplicates  # both kinds of rows reverify does not send are there
-    assert sum("task_input" in orjson.loads(materialized[key]) for key in materialized.spans) > len(bodies) // 5
+    tasksets = sum("task_input" in orjson.loads(materialized[key]) for key in materialized.spans)
+    assert tasksets > len(bodies) // 5
     assert {body["agent_ref"]["name"] for body in bodies} == set(reverify_corpus2.AGENTS)
     text = (tmp_path / reverify_corpus2.ROLLOUTS).read_bytes()
     assert b"\r\n" in text and b"\n\n" in text.replace(b"  \n", b"\n").replace(b"\t\r\n", b"\n")
