@@ -32,6 +32,7 @@ from typing import Any
 import orjson
 
 from bench import corpus2
+from gymflow.reverify._inputs import build_body
 
 MATERIALIZED = "materialized_inputs.jsonl"
 ROLLOUTS = "rollouts.jsonl"
@@ -63,19 +64,6 @@ def _materialized(record: dict[str, Any], rng: random.Random) -> dict[str, Any]:
     return {"responses_create_params": params, **keys, **task_data}
 
 
-def _body(materialized: dict[str, Any], rollout: dict[str, Any]) -> dict[str, Any]:
-    """The ``/verify`` body reverify builds (reverify.md §2.2)."""
-    task_input = materialized.get("task_input")
-    if isinstance(task_input, dict):
-        body = {k: v for k, v in materialized.items() if k not in ("task_id", "task_input")}
-        body.update(task_input["task_data"])
-        body.update({k: v for k, v in task_input.items() if k != "task_data"})
-    else:
-        body = dict(materialized)
-    body["response"] = rollout["response"]
-    return body
-
-
 def write(directory: Path, rows: int, seed: int = 0) -> int:
     """Write the three files into ``directory``; the number of rows reverify verifies."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -105,7 +93,7 @@ def write(directory: Path, rows: int, seed: int = 0) -> int:
             if key in seen or key in unmatched:
                 continue
             seen.add(key)
-            bodies.write(orjson.dumps(_body(materialized[key], record)) + b"\n")
+            bodies.write(orjson.dumps(build_body(materialized[key], record)) + b"\n")
             verified += 1
     with open(directory / MATERIALIZED, "wb") as out:
         out.writelines(orjson.dumps(materialized[key]) + b"\n" for key in sorted(materialized))

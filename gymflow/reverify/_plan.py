@@ -219,11 +219,11 @@ class ReverifyPlan:
         order while :attr:`order` holds rows."""
         order = self.order
         if order is None:
-            self._write(entry)
+            self.write(*entry)
             return
         row = entry[1]
         for due in order.add(sort_key(row.get("_ng_task_index"), row.get("_ng_rollout_index")), entry):
-            self._write(due)
+            self.write(*due)
         if order.given_up:
             self.order = None
 
@@ -232,10 +232,11 @@ class ReverifyPlan:
         order, self.order = self.order, None
         if order is not None:
             for entry in order.release():
-                self._write(entry)
+                self.write(*entry)
 
-    def _write(self, entry: Entry) -> None:
-        destination, row, line = entry
+    def write(self, destination: str, row: Mapping[str, Any] | None, line: bytes) -> None:
+        """Append one row's ``line`` where ``destination`` says (``none``: nowhere); an output
+        row is gathered for ``finish`` (parsed from ``line`` when ``row`` is not given)."""
         if destination == "output":
             self.append_output(line, row)
         elif destination != "none":
@@ -482,8 +483,8 @@ def _open_plan(
             stack.callback(sent.close)
         plan.collected = Collected(routing, sent)
         if source is None or storage.is_local(source):
-            plan.work.sort(key=_work_key)
-        keys = [_work_key(w) for w in plan.work]
+            plan.work.sort(key=lambda w: w.key)
+        keys = [w.key for w in plan.work]
         if all(a <= b for a, b in itertools.pairwise(keys)):
             plan.order = KeyOrder(keys, options.num_samples_in_parallel)
     if not plan.work:
@@ -492,10 +493,6 @@ def _open_plan(
         # As 0.7.0: only for a bound the user set (gymflow's default bound goes unsaid).
         echo(f"Verifying with {options.num_samples_in_parallel} concurrent requests")
     return plan
-
-
-def _work_key(work: Work) -> tuple[float, float]:
-    return sort_key(work.task, work.rollout)
 
 
 def _resume(

@@ -32,7 +32,14 @@ from gymflow.reverify._finish import COMMAND, ReverifyOutcome, finish
 from gymflow.reverify._options import ReverifyOptions
 from gymflow.reverify._plan import Echo, ReverifyPlan, Routed, prepare
 from gymflow.reverify._results import Destination
-from gymflow.reverify._verify import BatchResult, OnRow, keep, record_batch, record_row, verify_batch
+from gymflow.reverify._verify import (
+    BatchResult,
+    OnRow,
+    record_batch,
+    record_row,
+    verify_batch,
+    with_kept_rows,
+)
 from gymflow.reverify.launch import server_block
 from gymflow.run_context import RunContext
 
@@ -78,7 +85,7 @@ def _verify(job: BatchJob) -> BatchResult:
     if result.failures:
         raise FailedRows(result, job.count)
     if job.keep_dir is not None and result.lines:
-        return keep(result, job.keep_dir, _batch_key(job))
+        return with_kept_rows(result, job.keep_dir, _batch_key(job))
     return result
 
 

@@ -39,7 +39,7 @@ class BatchResult:
     no_persist: int = 0
     kept: str | None = None
     """A local file holding the batch's output lines instead of :attr:`lines` (a stored result:
-    :func:`keep`)."""
+    :func:`with_kept_rows`)."""
     kept_rows: int = 0
 
     @property
@@ -52,7 +52,7 @@ class BatchResult:
         return [] if self.kept is None else [self.kept]
 
 
-def keep(result: BatchResult, keep_dir: str, key: str) -> BatchResult:
+def with_kept_rows(result: BatchResult, keep_dir: str, key: str) -> BatchResult:
     """``result`` (a batch without failures: all its lines are output rows) with its lines in a
     file under ``keep_dir`` (:mod:`gymflow.kept`): the stored result names the file instead of
     carrying every row (pickled, base64-encoded and wrapped in the result store, 1,000 rows of
@@ -193,14 +193,11 @@ def record_batch(plan: ReverifyPlan, result: BatchResult, echo: Echo) -> None:
     plan.release()
     tally = plan.tally
     for destination, line in result.lines:
-        if destination == "output":
-            plan.append_output(line)
-        else:
-            plan.append(destination, line)
+        plan.write(destination, None, line)
     if result.kept is not None:
         with open(result.kept, "rb") as rows:
             for line in rows:
-                plan.append_output(line)
+                plan.write("output", None, line)
     plan.flush()
     tally.verified += result.verified
     tally.no_persist += result.no_persist
