@@ -131,6 +131,7 @@ class LocalExecutor:
         self._pool = parallel.Workers(workers, what=what)
 
     def __enter__(self) -> LocalExecutor:
+        self._pool.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:

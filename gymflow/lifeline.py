@@ -120,6 +120,8 @@ def worker_init(parent: int | None = None) -> None:
         os._exit(1)
     with suppress(ValueError):  # not the main thread of the worker: nothing to change
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+        # A forked worker inherits the CLI's handler, which would stop the run's processes.
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
     # Started with SIGINT blocked (gymflow.parallel): now that it is ignored, a pending one is dropped.
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     watch_parent()

@@ -5,13 +5,21 @@ from __future__ import annotations
 import psutil
 
 
-def pool_workers() -> list[psutil.Process]:
-    """This process's descendants that are ``multiprocessing`` spawn workers."""
+def pool_workers(parent: psutil.Process | None = None) -> list[psutil.Process]:
+    """The ``multiprocessing`` workers among the descendants of ``parent`` (default: this
+    process): spawned ones run ``spawn_main``; forked ones show their parent's command line."""
+    parent = parent or psutil.Process()
     found = []
-    for child in psutil.Process().children(recursive=True):
+    try:
+        own = parent.cmdline()
+        children = parent.children(recursive=True)
+    except psutil.Error:
+        return []
+    for child in children:
         try:
-            if any("spawn_main" in part for part in child.cmdline()):
-                found.append(child)
+            line = child.cmdline()
         except psutil.Error:
             continue
+        if any("spawn_main" in part for part in line) or line == own:
+            found.append(child)
     return found

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import gc
 import os
+import subprocess
+import sys
 import time
 import weakref
 from concurrent.futures import ThreadPoolExecutor
@@ -90,3 +92,39 @@ def test_a_call_whose_pool_breaks_runs_here_with_one_warning() -> None:
             assert workers.call(_exit_in_a_worker, 1, os.getpid()) == 2
         assert workers.call(_exit_in_a_worker, 5, os.getpid()) == 6  # serial from now on
         assert pool_workers() == []
+
+
+_STARTS = """
+import os, signal, sys, threading, time
+from gymflow import parallel
+from tests.processes import pool_workers
+
+if sys.argv[1] == "thread":
+    threading.Thread(target=time.sleep, args=(30,), daemon=True).start()
+signal.signal(signal.SIGTERM, lambda *_: None)  # as the CLI does; a worker must not keep it
+with parallel.Workers(2, what="squaring") as workers:
+    before = len(pool_workers())
+    squares = workers.map(abs, [-1, -2, -3])
+    forked = [p.cmdline() == pool_workers()[0].parent().cmdline() for p in pool_workers()]
+    handler = workers.call(signal.getsignal, signal.SIGTERM)
+print(before, squares, forked, handler == signal.SIG_DFL, len(pool_workers()))
+"""
+
+
+@pytest.mark.parametrize(
+    ("threads", "expected"),
+    [
+        # One thread: both workers are forked as the block starts (no ~0.4 s import each).
+        ("none", "2 [1, 2, 3] [True, True] True 0"),
+        # Another thread runs: a fork could leave its locks held in a child; spawned at first use.
+        ("thread", "0 [1, 2, 3] [False, False] True 0"),
+    ],
+)
+def test_workers_are_forked_at_once_only_from_a_single_thread(threads: str, expected: str) -> None:
+    """In a fresh process (the test runner has threads of its own); either way the workers take
+    the default SIGTERM action, not the handler their parent installed, and are gone after."""
+    repo = Path(__file__).resolve().parents[1]
+    command = [sys.executable, "-c", _STARTS, threads]
+    result = subprocess.run(command, cwd=repo, capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == expected

@@ -150,21 +150,38 @@ def run_aggregate(
     by each shard's bytes as it is read."""
     ctx = ctx or RunContext()
     with lineage.run(COMMAND, ctx), ctx.active(), ctx.lock(options.output, COMMAND):
+        started_at = provenance.timestamp()
+        shards = select_shards(options.input_glob, options.output)
         if executor is not None:
-            return _run(options, ctx, executor, echo, progress)
-        with LocalExecutor(ctx, options.workers or default_workers(), "reading shards") as local:
-            return _run(options, ctx, local, echo, progress)
+            return _run(options, shards, ctx, executor, echo, progress, started_at)
+        readers = (options.workers or default_workers()) if _with_readers(shards, options, False) else 1
+        with LocalExecutor(ctx, readers, "reading shards") as local:
+            return _run(options, shards, ctx, local, echo, progress, started_at)
+
+
+def _with_readers(shards: Sequence[str], options: AggregateOptions, persistent: bool) -> bool:
+    """Whether local shards are read where the executor runs CPU-bound work. Reader processes
+    pay for their start only over enough bytes (:data:`READERS_MIN_BYTES`), unless --workers asks
+    for them; a stored result (``persistent``) is read where the executor's steps run. Remote
+    shards are read in this process."""
+    if not all(storage.is_local(shard) for shard in shards):
+        return False
+    return (
+        persistent
+        or options.workers is not None
+        or sum(storage.size(shard) for shard in shards) >= READERS_MIN_BYTES
+    )
 
 
 def _run(
     options: AggregateOptions,
+    shards: list[str],
     ctx: RunContext,
     executor: Executor,
     echo: Echo,
     progress: Callable[[int], None] | None,
+    started_at: str,
 ) -> AggregateOutcome:
-    started_at = provenance.timestamp()
-    shards = select_shards(options.input_glob, options.output)
     outcome = AggregateOutcome(
         shards, options.output, options.merge_shards, options.metrics_path, options.record_path, False
     )
@@ -184,13 +201,7 @@ def _run(
     # are read where the executor runs CPU-bound work.
     remote = not all(storage.is_local(shard) for shard in shards)
     spool_dir = scratch.scratch_dir("aggregate") if executor.same_machine or remote else None
-    # Reader processes pay for their start only over enough bytes (READERS_MIN_BYTES), unless
-    # --workers asks for them; a stored result is read where the executor's steps run.
-    readers = not remote and (
-        executor.persistent
-        or options.workers is not None
-        or sum(storage.size(shard) for shard in shards) >= READERS_MIN_BYTES
-    )
+    readers = _with_readers(shards, options, executor.persistent)
     scan = replace(SCAN_SHARD, cpu=readers).cached(options.use_cache)
 
     def done(_: ShardWork, part: ShardPart) -> None:

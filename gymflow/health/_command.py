@@ -144,7 +144,8 @@ def run_health(
         with ctx.lock(summary_url, COMMAND):
             if executor is not None:
                 return _run_locked(plan_, directory, summary_url, options.use_cache, ctx, executor, progress)
-            with LocalExecutor(ctx, plan_.workers, "running rollout health checks") as local:
+            pool = min(plan_.workers, len(plan_.ranges))
+            with LocalExecutor(ctx, pool, "running rollout health checks") as local:
                 return _run_locked(plan_, directory, summary_url, options.use_cache, ctx, local, progress)
 
 

@@ -128,7 +128,7 @@ def run_join(
         with ctx.lock(settings.output, COMMAND):
             if executor is not None:
                 return _run(settings, ctx, executor, use_cache, ranges, started_at, progress)
-            with LocalExecutor(ctx, workers, "joining rollouts") as local:
+            with LocalExecutor(ctx, ranges, "joining rollouts") as local:
                 return _run(settings, ctx, local, use_cache, ranges, started_at, progress)
 
 

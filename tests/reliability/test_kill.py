@@ -21,6 +21,7 @@ import psutil
 import pytest
 
 from gymflow.cli import main
+from tests.processes import pool_workers
 from tests.reliability.helpers import (
     health_rows,
     kill_all,
@@ -63,7 +64,7 @@ def _kill_when(args: list[str], ready: Callable[[psutil.Process], bool], timeout
 def _workers(count: int) -> Callable[[psutil.Process], bool]:
     def ready(handle: psutil.Process) -> bool:
         try:
-            return sum("multiprocessing" in " ".join(c.cmdline()) for c in handle.children()) >= count
+            return len(pool_workers(handle)) >= count
         except psutil.Error:
             return False
 

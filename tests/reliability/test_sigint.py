@@ -12,6 +12,7 @@ from pathlib import Path
 
 import psutil
 
+from tests.processes import pool_workers
 from tests.reliability.helpers import (
     health_rows,
     same_session_descendants,
@@ -34,8 +35,7 @@ def _interrupt(args: list[str], expect_workers: int, timeout: float) -> tuple[st
 
     def workers() -> bool:
         try:
-            found = sum("multiprocessing" in " ".join(c.cmdline()) for c in handle.children())
-            return found >= expect_workers
+            return len(pool_workers(handle)) >= expect_workers
         except psutil.Error:
             return False
 
