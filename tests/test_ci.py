@@ -58,3 +58,16 @@ def test_constraints_pin_every_package_of_the_test_install() -> None:
     }
     assert names - pinned == set(), "re-resolve constraints.txt after changing pyproject's dependencies"
     assert "gymflow" not in pinned
+
+
+def test_the_editable_install_wrote_the_bytecode_of_the_modules_a_command_starts_with() -> None:
+    """setup.py's hook: with PYTHONDONTWRITEBYTECODE set, nothing else writes it (the install this
+    suite runs after is the README's editable one)."""
+    import importlib.util
+
+    import gymflow.cli
+    import gymflow.executor
+
+    for module in (gymflow, gymflow.cli, gymflow.executor):
+        assert module.__file__ is not None
+        assert Path(importlib.util.cache_from_source(module.__file__)).is_file(), module.__name__
