@@ -42,6 +42,7 @@ import orjson
 from gymflow import threads
 from gymflow.reverify import _wire
 from gymflow.reverify._classes import FailureClass
+from gymflow.reverify._deadlines import Deadlines
 
 __all__ = [
     "ClientSettings",
@@ -239,7 +240,7 @@ def _is_timeout(exc: BaseException) -> bool:
     """Whether a transport failure is a timeout. httpx-aiohttp maps every aiohttp connection error
     (refused, reset, dropped) to ``httpx.ConnectTimeout``: look at the aiohttp cause instead."""
     if isinstance(exc, TimeoutError) and not isinstance(exc, httpx.TransportError):
-        return True  # asyncio.timeout, aiohttp's ServerTimeoutError / ConnectionTimeoutError
+        return True  # past its deadline (Deadlines), aiohttp's ServerTimeoutError / ConnectionTimeoutError
     if not isinstance(exc, httpx.TimeoutException):
         return False
     cause = exc.__cause__
@@ -283,13 +284,14 @@ def _answered(reply: _Reply, request: Request, attempt: int) -> Result:
     return _failure("verify_http_error", "HTTPStatusError", message, status, reply.text, attempt)
 
 
-async def _attempts(sender: _Sender, request: Request, settings: ClientSettings) -> Result:
+async def _attempts(
+    sender: _Sender, request: Request, settings: ClientSettings, deadlines: Deadlines
+) -> Result:
     last = _failure("verify_connection_error", "NoAttempt", "no attempt made", None, None, 0)
     for attempt in range(1, settings.max_attempts + 1):
         wait: float | None = None
         try:
-            async with asyncio.timeout(settings.timeout_s):
-                reply = await sender.post(request)
+            reply = await deadlines.run(sender.post(request))
         except Exception as exc:
             if not isinstance(exc, _transport_errors()):
                 raise
@@ -323,20 +325,21 @@ async def _drive(
     workers: int,
 ) -> None:
 
-    async def worker() -> None:
+    async def worker(deadlines: Deadlines) -> None:
         # Pulling from the shared iterator is synchronous: no two workers ever build the same row.
         for tag, request in items:
-            on_result(tag, await _attempts(sender, request, settings))
+            on_result(tag, await _attempts(sender, request, settings, deadlines))
 
-    # gather, not a TaskGroup: the first error propagates as itself (an InputError or a storage error
-    # from ``on_result``), not wrapped in an ExceptionGroup; the other workers are cancelled.
-    tasks = [asyncio.ensure_future(worker()) for _ in range(workers)]
-    try:
-        await asyncio.gather(*tasks)
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+    async with Deadlines(settings.timeout_s) as deadlines:
+        # gather, not a TaskGroup: the first error propagates as itself (an InputError or a storage
+        # error from ``on_result``), not wrapped in an ExceptionGroup; the other workers are cancelled.
+        tasks = [asyncio.ensure_future(worker(deadlines)) for _ in range(workers)]
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def verify_stream(
