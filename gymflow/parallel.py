@@ -76,11 +76,15 @@ def pool(workers: int) -> ProcessPoolExecutor:
             initargs=lifeline.worker_initargs(),
         )
         if fork:
-            # Garbage of this process is finalized here, not in a child that inherited it (an
-            # unreachable file's buffer would be written twice); then the first submit forks
-            # every worker, before any thread starts.
-            gc.collect()
-            executor.submit(os.getpid)
+            # The first submit forks every worker, before any thread starts; with no collection
+            # in a child until its initializer has frozen what it inherited (gymflow.lifeline).
+            collecting = gc.isenabled()
+            gc.disable()
+            try:
+                executor.submit(os.getpid)
+            finally:
+                if collecting:
+                    gc.enable()
     return executor
 
 
