@@ -88,9 +88,14 @@ def console_line(summary: Mapping[str, Any]) -> str:
     return line
 
 
-_Repeat = tuple[Verdict, bool, int]
+_Repeat = tuple[Verdict, bool, bool]
 """Per rollout of a task: its verdict over all copies, whether every copy's policy view is
-complete, and the most successful calls of a copy."""
+complete, and whether a copy has a successful call."""
+
+_KNOWN_TASKS = 4096
+"""Distinct task shapes (their repeats) whose entry a run remembers, so the next task of the
+same shape is looked up rather than summed and printed again; a run of more shapes computes the
+rest each time, with memory bounded."""
 
 
 def _task_entry(
@@ -141,6 +146,8 @@ class _Reducer:
         """Each distinct task entry once: most tasks of a run have one of a few entries (nothing
         changes an entry)."""
         self._entry_index: dict[str, int] = {}
+        self._shapes: dict[tuple[_Repeat, ...], int] = {}
+        """The entry index of each task shape (its repeats) met, up to :data:`_KNOWN_TASKS`."""
         self._entry_tasks: Counter[int] = Counter()
         """Tasks of each entry, for the task checks' coverage and flag counts."""
         self._task: Identity | None = None
@@ -174,7 +181,7 @@ class _Reducer:
         if self._rollout is not None:
             _, verdicts, complete, successful = self._rollout
             self._repeats.append(
-                (verdicts.pop() if len(verdicts) == 1 else "unobserved", complete, successful)
+                (verdicts.pop() if len(verdicts) == 1 else "unobserved", complete, successful > 0)
             )
             self._rollout = None
 
@@ -182,12 +189,17 @@ class _Reducer:
         self._close_rollout()
         if self._repeats:
             assert self._task is not None
-            entry = _task_entry(self._repeats, self.ignored_set)
-            key = repr(entry)
-            index = self._entry_index.get(key)
+            shape = tuple(self._repeats)
+            index = self._shapes.get(shape)
             if index is None:
-                index = self._entry_index[key] = len(self.entries)
-                self.entries.append(entry)
+                entry = _task_entry(shape, self.ignored_set)
+                key = repr(entry)
+                index = self._entry_index.get(key)
+                if index is None:
+                    index = self._entry_index[key] = len(self.entries)
+                    self.entries.append(entry)
+                if len(self._shapes) < _KNOWN_TASKS:
+                    self._shapes[shape] = index
             self._entry_tasks[index] += 1
             self.tasks.add(self._task, index)
             self._repeats = []

@@ -247,3 +247,27 @@ def test_h80_repeated_gaps_counted_once(tmp_path: Path) -> None:
     out = health(tmp_path, [record(traj=trajectory(gaps=[gap, dict(gap)]))])
     assert len(out.findings("trajectory_capture_mismatch")) == 1
     assert out.run["issues"]["trajectory_capture_mismatch"] == 1
+
+
+@pytest.mark.parametrize("remembered", [0, 1, 4096], ids=["none", "one-shape", "default"])
+def test_task_entries_do_not_depend_on_how_many_task_shapes_are_remembered(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, remembered: int
+) -> None:
+    """Tasks of one shape (their repeats) share an entry looked up, not computed again; past the
+    bound (``_KNOWN_TASKS``) an entry is computed each time. The reports are the same bytes."""
+    from gymflow.health import _report
+
+    shapes = [[HOLLOW, HOLLOW], [None], [FAILING, None, HOLLOW], [HOLLOW, None]]
+    rows = [
+        record(task, rollout, traj=traj)
+        for task in range(12)
+        for rollout, traj in enumerate(shapes[task % 3 if task < 9 else 3])
+    ]
+    reference = health(tmp_path / "reference", rows)
+    monkeypatch.setattr(_report, "_KNOWN_TASKS", remembered)
+    out = health(tmp_path / "bounded", rows)
+    assert out.summary == reference.summary
+    assert out.summary["tasks"]["0"]["flags"] == ["task_consistently_unhealthy"]
+    assert out.summary["tasks"]["9"]["flags"] == []
+    written = (tmp_path / "bounded" / "run" / "quality_summary.json").read_bytes()
+    assert written == (tmp_path / "reference" / "run" / "quality_summary.json").read_bytes()
