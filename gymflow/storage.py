@@ -535,7 +535,7 @@ def sha256(url: str) -> tuple[str, int]:
         buffer = bytearray(HASH_CHUNK_SIZE)
         view = memoryview(buffer)
         with _guard(url, "read"), _open_regular(url, local, 0) as f:
-            while size := f.readinto(buffer):
+            while size := os.readv(f.fileno(), [buffer]):
                 digest.update(view[:size])
                 count += size
         return digest.hexdigest(), count

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -257,7 +258,7 @@ def test_task_entries_do_not_depend_on_how_many_task_shapes_are_remembered(
     bound (``_KNOWN_TASKS``) an entry is computed each time. The reports are the same bytes."""
     from gymflow.health import _report
 
-    shapes = [[HOLLOW, HOLLOW], [None], [FAILING, None, HOLLOW], [HOLLOW, None]]
+    shapes: list[list[Any]] = [[HOLLOW, HOLLOW], [None], [FAILING, None, HOLLOW], [HOLLOW, None]]
     rows = [
         record(task, rollout, traj=traj)
         for task in range(12)
