@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+import time
 from collections.abc import Sequence
 from datetime import timedelta
 from functools import partial
@@ -38,6 +39,9 @@ SWEEP = "sweep-serve"
 """serve's deployment of ``post-sweep`` (prefect.yaml's is ``sweep``)."""
 COMMAND = "command-serve"
 """serve's deployment of ``gymflow-command`` (prefect.yaml declares one per command)."""
+SCHEDULER_RACE_S = 0.3
+"""How long stopping serve waits before deleting the schedule's waiting runs a second time
+(:func:`unschedule`; the cleanup after Ctrl-C has about a second)."""
 
 # flag destination -> key of config/serve.yaml
 _FLAGS = {
@@ -202,15 +206,20 @@ def unschedule(client: SyncPrefectClient, deployment_ids: Sequence[UUID]) -> Non
 
     for deployment_id in deployment_ids:
         client.request("POST", "/deployments/{id}/pause_deployment", path_params={"id": deployment_id})
-    waiting = client.read_flow_runs(
-        deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=list(deployment_ids))),
-        flow_run_filter=FlowRunFilter(
-            state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.SCHEDULED]))
-        ),
-    )
-    for flow_run in waiting:
-        if flow_run.auto_scheduled:
-            client.delete_flow_run(flow_run.id)
+    # Twice: Prefect's scheduler reads the deployments to schedule and inserts their runs in two
+    # transactions, so runs of a deployment it read just before the pause can land just after it.
+    for attempt in range(2):
+        if attempt:
+            time.sleep(SCHEDULER_RACE_S)
+        waiting = client.read_flow_runs(
+            deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=list(deployment_ids))),
+            flow_run_filter=FlowRunFilter(
+                state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.SCHEDULED]))
+            ),
+        )
+        for flow_run in waiting:
+            if flow_run.auto_scheduled:
+                client.delete_flow_run(flow_run.id)
 
 
 def run_notify(parser: argparse.ArgumentParser, args: argparse.Namespace, extras: Sequence[str]) -> int:
