@@ -119,8 +119,9 @@ def in_order(run: Callable[[T], R], items: Sequence[T], done: Done[T, R] | None 
 
 
 class LocalExecutor:
-    """Steps in this process, and CPU-bound maps in up to ``workers`` core-only processes (started
-    on first use, stopped when the ``with`` block ends; serially when a pool cannot run)."""
+    """Steps in this process, and CPU-bound maps in up to ``workers`` processes (forked as the
+    ``with`` block starts where :func:`gymflow.parallel.can_fork`, else spawned on first use;
+    stopped when the block ends; serially when a pool cannot run)."""
 
     same_machine = True
     persistent = False

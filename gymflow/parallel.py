@@ -127,8 +127,9 @@ def map_ordered(
 
 
 class Workers:
-    """Up to ``workers`` processes shared by several rounds of :meth:`map` (started on first
-    use, stopped and joined when the ``with`` block ends), or this process when ``workers`` is 1.
+    """Up to ``workers`` processes shared by several rounds of :meth:`map` (forked as the ``with``
+    block starts where :func:`can_fork`, else started on first use; stopped and joined when the
+    block ends), or this process when ``workers`` is 1.
     When the pool cannot start or breaks, the rest of the work runs serially, with one warning
     naming ``what``. :meth:`call` may be called from several threads at once."""
 
@@ -167,7 +168,7 @@ class Workers:
             self.__exit__()
 
     def _started(self) -> ProcessPoolExecutor | None:
-        """The pool, started on first use; ``None`` once the work runs serially."""
+        """The pool, started now if it was not; ``None`` once the work runs serially."""
         with self._starting:
             if self._executor is None and not self._serial:
                 try:
