@@ -152,11 +152,12 @@ def run_aggregate(
     with lineage.run(COMMAND, ctx), ctx.active(), ctx.lock(options.output, COMMAND):
         started_at = provenance.timestamp()
         shards = select_shards(options.input_glob, options.output)
+        readers = _with_readers(shards, options, executor is not None and executor.persistent)
         if executor is not None:
-            return _run(options, shards, ctx, executor, echo, progress, started_at)
-        readers = (options.workers or default_workers()) if _with_readers(shards, options, False) else 1
-        with LocalExecutor(ctx, readers, "reading shards") as local:
-            return _run(options, shards, ctx, local, echo, progress, started_at)
+            return _run(options, shards, readers, ctx, executor, echo, progress, started_at)
+        pool = (options.workers or default_workers()) if readers else 1
+        with LocalExecutor(ctx, pool, "reading shards") as local:
+            return _run(options, shards, readers, ctx, local, echo, progress, started_at)
 
 
 def _with_readers(shards: Sequence[str], options: AggregateOptions, persistent: bool) -> bool:
@@ -176,12 +177,15 @@ def _with_readers(shards: Sequence[str], options: AggregateOptions, persistent: 
 def _run(
     options: AggregateOptions,
     shards: list[str],
+    readers: bool,
     ctx: RunContext,
     executor: Executor,
     echo: Echo,
     progress: Callable[[int], None] | None,
     started_at: str,
 ) -> AggregateOutcome:
+    """``readers``: whether local shards are read where ``executor`` runs CPU-bound work
+    (:func:`_with_readers`)."""
     outcome = AggregateOutcome(
         shards, options.output, options.merge_shards, options.metrics_path, options.record_path, False
     )
@@ -201,7 +205,6 @@ def _run(
     # are read where the executor runs CPU-bound work.
     remote = not all(storage.is_local(shard) for shard in shards)
     spool_dir = scratch.scratch_dir("aggregate") if executor.same_machine or remote else None
-    readers = _with_readers(shards, options, executor.persistent)
     scan = replace(SCAN_SHARD, cpu=readers).cached(options.use_cache)
 
     def done(_: ShardWork, part: ShardPart) -> None:
