@@ -8,15 +8,14 @@ exponential backoff and full jitter (reverify.md §4 point 1); a final failure i
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    import httpx
-
+from gymflow import blocking_http
 from gymflow.aggregate._scan import GroupRef
 from gymflow.errors import GymflowError
 from gymflow.gym_config import Routing, resources_server_urls
@@ -122,16 +121,15 @@ def route_group(ref: GroupRef, config: Mapping[str, Any]) -> str:
     )
 
 
-def _wait(attempt: int, response: httpx.Response | None, settings: ServerSettings) -> float:
-    if response is not None and response.status_code in (429, 503):
-        retry_after = response.headers.get("Retry-After", "")
+def _wait(attempt: int, reply: blocking_http.Reply | None, settings: ServerSettings) -> float:
+    if reply is not None and reply.status in (429, 503):
+        retry_after = reply.headers.get("retry-after", "")
         if retry_after.strip().isdigit():
             return min(float(retry_after), 60.0)
     return random.uniform(0.0, min(30.0, settings.backoff_base_s * 2 ** (attempt - 1)))
 
 
 def post_metrics(
-    client: httpx.Client,
     name: str,
     url: str,
     body: MetricsBody,
@@ -139,23 +137,28 @@ def post_metrics(
     sleep: Callable[[float], None] = time.sleep,
 ) -> dict[str, Any]:
     """POST one group's rows; retry transport errors, 429 and 5xx; return the JSON answer."""
-    import httpx
-
     detail = "no attempt made"
-    # With its length given, httpx sends the streamed body as it is, not chunked.
+    # With its length given, the streamed body is sent as it is, not chunked.
     headers = {"Content-Type": "application/json", "Content-Length": str(body.length)}
     for attempt in range(1, settings.max_attempts + 1):
-        response: httpx.Response | None = None
+        reply: blocking_http.Reply | None = None
         try:
-            response = client.post(f"{url}/aggregate_metrics", content=body.chunks(), headers=headers)
-        except httpx.TimeoutException as exc:
+            reply = blocking_http.request(
+                "POST",
+                f"{url}/aggregate_metrics",
+                body=body.chunks(),
+                headers=headers,
+                timeout_s=settings.timeout_s,
+            )
+        except blocking_http.TimeoutException as exc:
             detail = f"timed out after {settings.timeout_s} s ({type(exc).__name__})"
-        except httpx.TransportError as exc:
+        except blocking_http.TransportError as exc:
             detail = f"{type(exc).__name__}: {exc}"
         else:
-            if response.is_success:
+            if reply.is_success:
                 try:
-                    answer = response.json()
+                    # Python's reader, as 0.7.0's client: a server's NaN or Infinity is read.
+                    answer = json.loads(reply.body)
                 except ValueError:
                     answer = None
                 if isinstance(answer, dict):
@@ -163,11 +166,11 @@ def post_metrics(
                 raise ServerMetricsError(
                     f"aggregate metrics: resources server {name!r} failed: answer is not a JSON object"
                 )
-            detail = f"HTTP {response.status_code}: {response.text[:2000]}"
-            if response.status_code not in _RETRIED_STATUS:
+            detail = f"HTTP {reply.status}: {reply.text[:2000]}"
+            if reply.status not in _RETRIED_STATUS:
                 break
         if attempt < settings.max_attempts:
-            sleep(_wait(attempt, response, settings))
+            sleep(_wait(attempt, reply, settings))
     raise ServerMetricsError(f"aggregate metrics: resources server {name!r} failed: {detail}")
 
 
@@ -177,28 +180,24 @@ def server_entries(
     rows_by_group: Mapping[str, Iterable[Mapping[str, Any]]],
     config: Mapping[str, Any],
     settings: ServerSettings,
-    transport: httpx.BaseTransport | None = None,
 ) -> list[dict[str, Any]]:
     """Replace each entry's blocks by its resources server's answer (labels and order kept)."""
-    import httpx
-
     urls = resources_server_urls(config)
     out: list[dict[str, Any]] = []
-    with httpx.Client(timeout=httpx.Timeout(settings.timeout_s), transport=transport) as client:
-        for entry in entries:
-            # Environment-server groups carry their key; any other group is labelled by its key.
-            key = str(entry.get("_ng_environment_server") or entry["agent_ref"]["name"])
-            ref = groups[key]
-            name = route_group(ref, config)
-            if name not in urls:
-                raise ServerMetricsError(
-                    f"aggregate metrics: resources server {name!r} failed: no host/port in the config"
-                )
-            body = MetricsBody.of(strip_row(r) for r in rows_by_group[key])
-            answer = post_metrics(client, name, urls[name], body, settings)
-            new: dict[str, Any] = {"agent_ref": entry["agent_ref"]}
-            if "_ng_environment_server" in entry:
-                new["_ng_environment_server"] = entry["_ng_environment_server"]
-            new.update({k: v for k, v in answer.items() if not (k == "perf_summary" and v is None)})
-            out.append(new)
+    for entry in entries:
+        # Environment-server groups carry their key; any other group is labelled by its key.
+        key = str(entry.get("_ng_environment_server") or entry["agent_ref"]["name"])
+        ref = groups[key]
+        name = route_group(ref, config)
+        if name not in urls:
+            raise ServerMetricsError(
+                f"aggregate metrics: resources server {name!r} failed: no host/port in the config"
+            )
+        body = MetricsBody.of(strip_row(r) for r in rows_by_group[key])
+        answer = post_metrics(name, urls[name], body, settings)
+        new: dict[str, Any] = {"agent_ref": entry["agent_ref"]}
+        if "_ng_environment_server" in entry:
+            new["_ng_environment_server"] = entry["_ng_environment_server"]
+        new.update({k: v for k, v in answer.items() if not (k == "perf_summary" and v is None)})
+        out.append(new)
     return out

@@ -15,6 +15,7 @@ the per-request timeout):
   every aiohttp connection error as ``ConnectTimeout``;
 * an injected :data:`TransportFactory` (``httpx.MockTransport`` in unit tests, or any httpx
   transport): :class:`_HttpxSender`, ``httpx.Request`` objects sent straight to the transport.
+  httpx is imported only then (it cost a run ~0.2 s of start-up).
 
 Requests come from an iterator that is pulled lazily (at most ``concurrency`` rows built ahead), so
 a run keeps ``concurrency`` requests in flight across what used to be batch boundaries. Each
@@ -28,18 +29,16 @@ import asyncio
 import concurrent.futures
 import functools
 import random
-import ssl
 import sys
 import time
 from collections.abc import Callable, Coroutine, Iterable, Iterator, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-import httpx
 import orjson
 
-from gymflow import threads
+from gymflow import blocking_http, threads
 from gymflow.reverify import _wire
 from gymflow.reverify._classes import FailureClass
 from gymflow.reverify._deadlines import Deadlines
@@ -56,14 +55,16 @@ __all__ = [
     "verify_stream",
 ]
 
-TransportFactory = Callable[[int], httpx.AsyncBaseTransport]
+if TYPE_CHECKING:
+    import httpx
+
+TransportFactory = Callable[[int], "httpx.AsyncBaseTransport"]
 """Builds the transport of one client, given the pool size."""
 
 T = TypeVar("T")
 R = TypeVar("R")
 
 _RETRIED = frozenset({429} | set(range(500, 600)))
-_HEADERS = httpx.Headers({"content-type": "application/json"})
 _AIO_HEADERS = {"Content-Type": "application/json"}
 _BODY_CHARS = 2000
 
@@ -115,25 +116,11 @@ class _Sender(Protocol):
     async def post(self, request: Request) -> _Reply: ...
 
 
-@functools.cache
-def _ssl_context() -> ssl.SSLContext:
-    # Loading the CA bundle takes ~40 ms: once per process, not once per run.
-    return httpx.create_ssl_context()
-
-
 def secure(urls: Iterable[str]) -> bool:
     """Whether any of ``urls`` is ``https``. A client for plain-HTTP servers only is made without
     TLS settings (``verify=False``, ``ssl=False``): it never loads a CA bundle, which cost ~40 ms of
     start-up per client."""
     return any(url.lower().startswith("https:") for url in urls)
-
-
-def default_transport(pool: int) -> httpx.AsyncBaseTransport:
-    """An httpx transport on aiohttp (kept for callers that want httpx's API on the fast transport)."""
-    from httpx_aiohttp import AiohttpTransport
-
-    limits = httpx.Limits(max_connections=pool, max_keepalive_connections=pool)
-    return AiohttpTransport(verify=_ssl_context(), limits=limits)
 
 
 class _AiohttpSender:
@@ -170,21 +157,27 @@ class _WireSender:
 
 @functools.lru_cache(maxsize=256)
 def _url(url: str) -> httpx.URL:
+    import httpx
+
     # Parsing the URL was a third of httpx.Request's cost; a run posts to a handful of URLs.
     return httpx.URL(url)
 
 
 class _HttpxSender:
     def __init__(self, transport: httpx.AsyncBaseTransport, timeout_s: float) -> None:
+        import httpx
+
+        self.httpx = httpx
         self.transport = transport
+        self.headers = httpx.Headers({"content-type": "application/json"})
         self.timeouts = {name: timeout_s for name in ("connect", "read", "write", "pool")}
 
     async def post(self, request: Request) -> _Reply:
-        wire = httpx.Request(
+        wire = self.httpx.Request(
             "POST",
             _url(request.url),
             content=request.content,
-            headers=_HEADERS,
+            headers=self.headers,
             extensions={"timeout": self.timeouts},
         )
         response = await self.transport.handle_async_request(wire)
@@ -226,21 +219,27 @@ def _failure(
     return Result(None, failure_fields(kind, type_, message, status, body, attempts))
 
 
-_TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (TimeoutError, OSError, httpx.TransportError)
-
-
 def _transport_errors() -> tuple[type[BaseException], ...]:
-    """What a failed attempt raises: aiohttp's errors too once it is imported (only then can it
-    raise them; the plain-HTTP sender does not import it unless a connection cannot be opened)."""
-    aiohttp = sys.modules.get("aiohttp")
-    return _TRANSPORT_ERRORS if aiohttp is None else (*_TRANSPORT_ERRORS, aiohttp.ClientError)
+    """What a failed attempt raises: aiohttp's and httpx's errors too once they are imported (only
+    then can they raise them; the plain-HTTP sender imports aiohttp only when a connection cannot be
+    opened, and httpx is imported only for an injected transport)."""
+    errors: tuple[type[BaseException], ...] = (TimeoutError, OSError)
+    aiohttp, httpx = sys.modules.get("aiohttp"), sys.modules.get("httpx")
+    if aiohttp is not None:
+        errors = (*errors, aiohttp.ClientError)
+    if httpx is not None:
+        errors = (*errors, httpx.TransportError)
+    return errors
 
 
 def _is_timeout(exc: BaseException) -> bool:
-    """Whether a transport failure is a timeout. httpx-aiohttp maps every aiohttp connection error
-    (refused, reset, dropped) to ``httpx.ConnectTimeout``: look at the aiohttp cause instead."""
-    if isinstance(exc, TimeoutError) and not isinstance(exc, httpx.TransportError):
-        return True  # past its deadline (Deadlines), aiohttp's ServerTimeoutError / ConnectionTimeoutError
+    """Whether a transport failure is a timeout. An httpx transport on aiohttp may report an aiohttp
+    connection error (refused, reset, dropped) as ``httpx.ConnectTimeout``: look at the aiohttp
+    cause instead."""
+    httpx = sys.modules.get("httpx")
+    if httpx is None or not isinstance(exc, httpx.TransportError):
+        # Past its deadline (Deadlines), aiohttp's ServerTimeoutError / ConnectionTimeoutError.
+        return isinstance(exc, TimeoutError)
     if not isinstance(exc, httpx.TimeoutException):
         return False
     cause = exc.__cause__
@@ -252,7 +251,8 @@ def _is_timeout(exc: BaseException) -> bool:
 def _error_type(exc: BaseException) -> str:
     """The ``_ng_failure_type`` of a connection failure: ``ConnectError`` for a refused connection
     whichever sender saw it, else the exception's class name."""
-    if isinstance(exc, httpx.ConnectTimeout) or type(exc).__name__ == "ClientConnectorError":
+    httpx = sys.modules.get("httpx")
+    if type(exc).__name__ == "ClientConnectorError" or (httpx and isinstance(exc, httpx.ConnectTimeout)):
         return "ConnectError"
     return type(exc).__name__
 
@@ -434,7 +434,7 @@ class Stream:
 def _aiohttp_session(workers: int, tls: bool) -> Any:
     import aiohttp
 
-    connector = aiohttp.TCPConnector(limit=workers, ssl=_ssl_context() if tls else False)
+    connector = aiohttp.TCPConnector(limit=workers, ssl=blocking_http.tls_context() if tls else False)
     timeout = aiohttp.ClientTimeout(total=None)
     return aiohttp.ClientSession(connector=connector, timeout=timeout, cookie_jar=aiohttp.DummyCookieJar())
 

@@ -241,10 +241,7 @@ def _server_blocks(plan: ReverifyPlan, server: str, body: MetricsBody) -> tuple[
     """The entry blocks of a server's ``/aggregate_metrics`` answer, as 0.7.0 keeps them (its
     keys in their order, its number types; absent blocks empty, ``perf_summary`` and any other
     key dropped), or None and why the server gave none."""
-    import httpx
-
     from gymflow.aggregate._server import ServerMetricsError, ServerSettings, post_metrics
-    from gymflow.reverify._client import secure
 
     # A server no row of this run was sent to (e.g. --resume with nothing left) is asked at
     # its configured address, as 0.7.0 asks every configured server.
@@ -255,10 +252,7 @@ def _server_blocks(plan: ReverifyPlan, server: str, body: MetricsBody) -> tuple[
         timeout_s=plan.options.verify_timeout_s, max_attempts=plan.options.verify_max_attempts
     )
     try:
-        timeout = httpx.Timeout(settings.timeout_s)
-        # No CA bundle loaded for plain HTTP.
-        with httpx.Client(timeout=timeout, trust_env=False, verify=secure([url])) as client:
-            answer = post_metrics(client, server, url, body, settings)
+        answer = post_metrics(server, url, body, settings)
     except ServerMetricsError as exc:
         prefix = f"aggregate metrics: resources server {server!r} failed: "
         return None, _shorten(str(exc).removeprefix(prefix))

@@ -9,9 +9,9 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-import httpx
 import orjson
 
+from gymflow import blocking_http
 from gymflow.errors import GymflowError
 from gymflow.reverify.launch import Servers, ensure_servers
 
@@ -25,27 +25,27 @@ class GuardError(GymflowError):
     """A resources server cannot be used for reverification."""
 
 
-def _mode(client: httpx.Client, name: str, url: str, attempts: int, timeout_s: float) -> str:
+def _mode(name: str, url: str, attempts: int, timeout_s: float) -> str:
     detail = "no attempt made"
     for attempt in range(1, attempts + 1):
         try:
-            response = client.get(f"{url}/reverify_mode", timeout=timeout_s)
-        except httpx.HTTPError as exc:
+            reply = blocking_http.request("GET", f"{url}/reverify_mode", timeout_s=timeout_s)
+        except blocking_http.TransportError as exc:
             detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         else:
-            if response.is_success:
+            if reply.is_success:
                 try:
-                    value = orjson.loads(response.content)
+                    value = orjson.loads(reply.body)
                 except orjson.JSONDecodeError:
-                    value = response.text
+                    value = reply.text
                 if isinstance(value, str) and value in MODES:
                     return value
                 raise GuardError(
                     f"reverify: could not read reverify_mode from resources server {name!r}: "
-                    f"unexpected answer {response.text[:200]!r}"
+                    f"unexpected answer {reply.text[:200]!r}"
                 )
-            detail = f"HTTP {response.status_code}: {response.text[:200]}"
-            if response.status_code not in _RETRIED:
+            detail = f"HTTP {reply.status}: {reply.text[:200]}"
+            if reply.status not in _RETRIED:
                 break
         if attempt < attempts:
             time.sleep(random.uniform(0.0, min(2.0, 0.25 * 2 ** (attempt - 1))))
@@ -53,19 +53,10 @@ def _mode(client: httpx.Client, name: str, url: str, attempts: int, timeout_s: f
 
 
 def read_modes(
-    urls: Mapping[str, str],
-    names: Iterable[str],
-    *,
-    attempts: int,
-    timeout_s: float,
-    transport: httpx.BaseTransport | None = None,
+    urls: Mapping[str, str], names: Iterable[str], *, attempts: int, timeout_s: float
 ) -> dict[str, str]:
     """Each named server's mode, asked once each, in name order."""
-    from gymflow.reverify._client import secure
-
-    wanted = sorted(set(names))
-    with httpx.Client(transport=transport, trust_env=False, verify=secure(urls[n] for n in wanted)) as client:
-        return {name: _mode(client, name, urls[name], attempts, timeout_s) for name in wanted}
+    return {name: _mode(name, urls[name], attempts, timeout_s) for name in sorted(set(names))}
 
 
 def unsafe(modes: Mapping[str, str]) -> list[str]:

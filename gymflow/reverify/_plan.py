@@ -16,7 +16,6 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
 import orjson
 
 from gymflow import provenance, storage
@@ -315,7 +314,6 @@ def prepare(
     *,
     warn: Echo | None = None,
     transport: TransportFactory | None = None,
-    guard_transport: httpx.BaseTransport | None = None,
 ) -> ReverifyPlan:
     """Select, route, guard and open the outputs; raises :class:`GymflowError` subclasses."""
     warn = warn or echo
@@ -369,7 +367,6 @@ def prepare(
             source,
             started,
             stack,
-            guard_transport,
             servers,
         )
         plan.transport = transport
@@ -395,7 +392,6 @@ def _open_plan(
     source: str | None,
     started: str,
     stack: ExitStack,
-    guard_transport: httpx.BaseTransport | None,
     servers: Servers,
 ) -> ReverifyPlan:
     names = sorted({w.server for w in selection.work})
@@ -416,7 +412,6 @@ def _open_plan(
             names,
             attempts=options.verify_max_attempts,
             timeout_s=min(options.verify_timeout_s, 30.0),
-            transport=guard_transport,
         )
     bad = _guard.unsafe(modes)
     if bad and options.atif:

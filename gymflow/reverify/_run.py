@@ -22,8 +22,6 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any, Final
 
-import httpx
-
 from gymflow import kept, lineage, provenance
 from gymflow.errors import GymflowError
 from gymflow.executor import Executor, LocalExecutor, Step
@@ -143,7 +141,6 @@ def run_reverify(
     *,
     warn: Echo | None = None,
     transport: TransportFactory | None = None,
-    guard_transport: httpx.BaseTransport | None = None,
     timings: dict[str, float] | None = None,
 ) -> ReverifyOutcome:
     """The whole command, holding the run lock of ``--output`` (:mod:`gymflow.locking`); on any
@@ -156,9 +153,7 @@ def run_reverify(
         began = time.perf_counter()
         # The provenance record's input digests: hashed on a thread while the run reads and verifies.
         provenance.prefetch(options.input_files())
-        plan = prepare(
-            options, gym_config, echo, warn=warn, transport=transport, guard_transport=guard_transport
-        )
+        plan = prepare(options, gym_config, echo, warn=warn, transport=transport)
         marks["prepare"] = time.perf_counter() - began
         with LocalExecutor(ctx) if executor is None else nullcontext(executor) as runs:
             try:

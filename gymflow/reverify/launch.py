@@ -32,20 +32,17 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import httpx
 import yaml
 
-from gymflow import lifeline, scratch
+from gymflow import blocking_http, lifeline, scratch
 from gymflow.errors import GymflowError
 from gymflow.gym_config import ADDRESS_KEYS, verifier_sha256
-from gymflow.reverify._client import secure
 
 DEFAULT_HOST = "127.0.0.1"
 GYM_HEAD_SERVER_PORT = 11000
 LOG_TAIL_LINES = 20
 STOP_TIMEOUT_S = 5.0
 _POLL_S = 0.1
-_LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 LAUNCH_KEYS = frozenset({"entrypoint", "command", "python", "dir", "server_dir", "num_workers"})
 """Keys of a server block that say how to start it (and with how many workers), not how it verifies."""
 METADATA_KEYS = frozenset({"domain", "description", "verified", "verified_url", "value"})
@@ -224,12 +221,9 @@ def server_block(gym_config: Mapping[str, Any], name: str) -> ServerBlock:
 
 def answers(url: str, timeout_s: float = 1.0) -> bool:
     """Whether anything answers ``GET <url>/reverify_mode`` with an HTTP response (any status)."""
-    host = urlsplit(url).hostname or ""
     try:
-        verify = secure([url])  # no CA bundle loaded for plain HTTP
-        with httpx.Client(timeout=timeout_s, trust_env=host not in _LOOPBACK, verify=verify) as client:
-            client.get(url.rstrip("/") + "/reverify_mode")
-    except httpx.HTTPError:
+        blocking_http.request("GET", url.rstrip("/") + "/reverify_mode", timeout_s=timeout_s)
+    except blocking_http.TransportError:
         return False
     return True
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import pickle
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -192,3 +193,34 @@ def test_materialized_index_remote_is_spooled_then_removed() -> None:
 )
 def test_sort_key_reads_top_level_integers_only(line: bytes, key: tuple[float, float]) -> None:
     assert _key_of_line(line) == key
+
+
+def test_a_direct_run_imports_no_httpx(
+    tmp_path: Path, resources_server: ServerProcess, gym_config_file: Callable[..., Path]
+) -> None:
+    """httpx (and httpcore, which it imports for its first client) cost a run ~0.2 s of start-up:
+    the launcher's probe, the guard and the metrics request use the standard library."""
+    import subprocess
+    import sys
+    import textwrap
+
+    materialized, rolled = mcqa_rows(2, 2)
+    inputs, rollouts = tmp_path / "in.jsonl", tmp_path / "roll.jsonl"
+    inputs.write_bytes(b"".join(orjson.dumps(row) + b"\n" for row in materialized))
+    rollouts.write_bytes(b"".join(orjson.dumps(row) + b"\n" for row in rolled))
+    config = gym_config_file({"mcqa": resources_server}, agents={"mcqa_simple_agent": "mcqa"})
+    argv = ["eval", "reverify", "--config", str(config), "--inputs", str(inputs), "--rollouts", str(rollouts)]
+    argv += ["--output", str(tmp_path / "out.jsonl"), "--direct"]
+    script = textwrap.dedent(
+        f"""
+        import sys
+        from gymflow.cli import main
+        status = main({argv!r})
+        assert status == 0, status
+        leaked = sorted(m for m in sys.modules if m.split(".")[0] in {{"httpx", "httpcore"}})
+        assert not leaked, leaked
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert len((tmp_path / "out.jsonl").read_bytes().splitlines()) == 4

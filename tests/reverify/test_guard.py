@@ -75,9 +75,6 @@ def test_item_18_judge_failed_only_skips_guard(case: Case) -> None:
     assert len(case.server.log("/reverify_mode")) <= 1
     assert len(case.out_rows()) == 9 and not case.path("unsafe_out.jsonl").exists()
 
-    def no_guard(request: httpx.Request) -> httpx.Response:
-        raise AssertionError(f"guard asked {request.url}")
-
     options = options_from_config(
         {
             "materialized_inputs_jsonl_fpath": str(case.inputs),
@@ -87,7 +84,10 @@ def test_item_18_judge_failed_only_skips_guard(case: Case) -> None:
         }
     )
     config = yaml.safe_load(case.config_path.read_text()) if case.config_path else {}
-    plan = prepare(options, config, lambda _: None, guard_transport=httpx.MockTransport(no_guard))
+    case.server.reset()
+    plan = prepare(options, config, lambda _: None)
+    # The one request is the launcher's probe (is the configured server up?); a guard would ask again.
+    assert len(case.server.log("/reverify_mode")) == 1
     assert (
         plan.modes == {} and plan.unsafe_servers == [] and plan.paths.output == str(case.path("again.jsonl"))
     )
