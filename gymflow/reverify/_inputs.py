@@ -194,25 +194,71 @@ materialized row's body takes them from that row alone (:func:`build_body` adds 
 rollout's ``response``, ``deliverables_dir`` and ``reference_ids``)."""
 
 
-def route_fields(row: Mapping[str, Any], shared: dict[bytes, RouteFields]) -> RouteFields | None:
-    """The :data:`ROUTE_FIELDS` of a flat materialized row (one object per distinct value, from
-    ``shared``), or None for a row with a ``task_input`` object (its body is built to route it)."""
-    if isinstance(row.get("task_input"), Mapping):
+class _MaterializedHead(msgspec.Struct):
+    """What the index reads of a materialized row: its key, the fields it is routed by and
+    whether it has a ``task_input`` (each as its JSON text; an absent one is empty)."""
+
+    task: Any = msgspec.field(default=None, name="_ng_task_index")
+    rollout: Any = msgspec.field(default=None, name="_ng_rollout_index")
+    agent_ref: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)
+    task_source: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)
+    environment: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw, name="_ng_environment_server")
+    task_input: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)
+
+
+_MATERIALIZED_HEAD = msgspec.json.Decoder(_MaterializedHead)
+
+
+def _head_of(raw: bytes) -> _MaterializedHead | None:
+    """The row's head, read by msgspec where it can only agree with ``orjson.loads``; else None."""
+    if not msgspec_agrees(raw):
         return None
-    fields = {name: row[name] for name in ROUTE_FIELDS if name in row}
     try:
-        key = orjson.dumps(fields)
-    except TypeError:
-        return fields
-    return shared.setdefault(key, fields)
+        return _MATERIALIZED_HEAD.decode(raw)
+    except msgspec.MsgspecError:  # not an object, or deeper than msgspec reads
+        return None
+
+
+class _Routes:
+    """The :data:`ROUTE_FIELDS` of flat rows, one object per distinct value."""
+
+    def __init__(self) -> None:
+        self.by_text: dict[tuple[bytes, bytes, bytes], RouteFields | None] = {}
+        self.by_value: dict[bytes, RouteFields] = {}
+
+    def of_head(self, head: _MaterializedHead) -> RouteFields | None:
+        """The row's route fields, or None when it has a ``task_input`` object."""
+        if head.task_input and bytes(head.task_input)[:1] == b"{":
+            return None
+        texts = (bytes(head.agent_ref), bytes(head.task_source), bytes(head.environment))
+        if texts in self.by_text:
+            return self.by_text[texts]
+        fields = {name: orjson.loads(text) for name, text in zip(ROUTE_FIELDS, texts, strict=True) if text}
+        found = self.by_text[texts] = self.shared(fields)
+        return found
+
+    def of_row(self, row: Mapping[str, Any]) -> RouteFields | None:
+        if isinstance(row.get("task_input"), Mapping):
+            return None
+        return self.shared({name: row[name] for name in ROUTE_FIELDS if name in row})
+
+    def shared(self, fields: dict[str, Any]) -> RouteFields:
+        try:
+            key = orjson.dumps(fields)
+        except TypeError:
+            return fields
+        return self.by_value.setdefault(key, fields)
 
 
 def read_materialized(url: str, warn: Warn) -> Materialized:
     """Materialized rows by key (exact line bytes, without terminator); the last row of a key wins
-    and one warning names the repeated keys."""
+    and one warning names the repeated keys. A row's key and route fields are read by msgspec,
+    which skips the rest, where it can only agree with ``orjson.loads``
+    (:func:`~gymflow._json_agreement.msgspec_agrees`); any other row is parsed whole, so it is
+    accepted or refused as :func:`parse_row` would."""
     spans: dict[Key, int] = {}
     routes: dict[Key, RouteFields] = {}
-    shared: dict[bytes, RouteFields] = {}
+    shared = _Routes()
     repeated: dict[Key, None] = {}
     local = storage.is_local(url)
     spool: Any = None
@@ -224,8 +270,15 @@ def read_materialized(url: str, warn: Warn) -> Materialized:
         spool = os.fdopen(fd, "wb")
     written = 0
     try:
-        for number, offset, raw, row in iter_rows(url):
-            key = row_key(url, number, row)
+        for number, offset, raw in _lines(url):
+            head = _head_of(raw)
+            if head is None:
+                row = parse_row(url, number, raw)
+                key = row_key(url, number, row)
+                fields = shared.of_row(row)
+            else:
+                key = _checked_key(url, number, head.task, head.rollout)
+                fields = shared.of_head(head)
             if key in spans:
                 repeated[key] = None
             if spool is not None:
@@ -233,7 +286,6 @@ def read_materialized(url: str, warn: Warn) -> Materialized:
                 offset = written
                 written += len(raw) + 1
             spans[key] = offset << 32 | len(raw)
-            fields = route_fields(row, shared)
             if fields is None:
                 routes.pop(key, None)
             else:

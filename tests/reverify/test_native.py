@@ -180,9 +180,12 @@ def test_item_14_task_source_routes(case: Case, start_resources_server: Callable
     other = start_resources_server()
     case.config({"mcqa": case.server, "other_rs": other}, agents={AGENT: "mcqa"})
     case.materialized[0]["task_source"] = "other_rs"
+    # A taskset row routes by its body: here the task_source inside its task_data.
+    case.materialized[2].update(task_id="t2", task_input={"task_data": {"task_source": "other_rs"}})
     assert case.run().code == 0
-    assert [tuple(e["key"]) for e in other.log("/verify")] == [(0, 0)]
-    assert len(case.server.log("/verify")) == 8
+    routed = sorted(tuple(e["key"]) for e in other.log("/verify"))
+    assert routed == [key(case.materialized[i]) for i in (0, 2)]
+    assert len(case.server.log("/verify")) == 7
 
 
 def test_item_21_output_protection(case: Case) -> None:
