@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from prefect import flow
 
+from gymflow.flows._annotations import Returned
 from gymflow.flows._artifacts import publish_reverify
 from gymflow.flows._runtime import flow_executor
 from gymflow.reverify import Progress, ReverifyOptions, ReverifyOutcome, run_reverify
@@ -28,12 +29,12 @@ def reverify_flow(
     echo: Echo,
     progress: Progress | None = None,
     warn: Echo | None = None,
-) -> ReverifyOutcome:
+) -> Returned[ReverifyOutcome]:
     """Re-verify the selected rollouts through their resources servers' ``/verify``."""
     with flow_executor(ctx, workers, "re-verifying") as (executor, recorded):
         outcome = run_reverify(options, gym_config, echo, progress, recorded, executor, warn=warn)
     publish_reverify(outcome)
-    return outcome
+    return Returned(outcome)  # its metrics hold a group block per task: Prefect must not walk them
 
 
 def flow_reverifier(ctx: RunContext, executor: PrefectExecutor) -> Reverify:
