@@ -95,3 +95,19 @@ def test_a_server_gymflow_launches_on_a_port_it_picks_keeps_its_batches(
     capsys.readouterr()
     assert _batch_states(tmp_path / "b.jsonl", 1) == ["Cached"]
     assert (tmp_path / "b.jsonl").read_bytes() == (tmp_path / "a.jsonl").read_bytes()
+
+
+def test_batches_are_an_eighth_of_the_run_from_1000_to_5000_rows() -> None:
+    from gymflow.reverify._run import batch_rows
+
+    sizes = {total: batch_rows(total) for total in (1, 999, 8000, 8001, 20_000, 40_000, 40_001, 10**6)}
+    assert sizes == {
+        1: 1000,
+        999: 1000,
+        8000: 1000,
+        8001: 1001,
+        20_000: 2500,
+        40_000: 5000,
+        40_001: 5000,
+        10**6: 5000,
+    }
