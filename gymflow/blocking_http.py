@@ -101,13 +101,17 @@ def request(
     (connecting, each write, each read), not the whole exchange. An iterable ``body`` is sent piece
     by piece; give its ``Content-Length`` in ``headers`` (else it is sent chunked)."""
     parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError as exc:  # a port that is not a number, or out of range
+        raise ConnectError(f"invalid URL {url!r}: {exc}") from None
     host = parts.hostname or ""
     path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     connection: http.client.HTTPConnection
     if parts.scheme == "https":
-        connection = http.client.HTTPSConnection(host, parts.port, timeout=timeout_s, context=tls_context())
+        connection = http.client.HTTPSConnection(host, port, timeout=timeout_s, context=tls_context())
     elif parts.scheme == "http":
-        connection = http.client.HTTPConnection(host, parts.port, timeout=timeout_s)
+        connection = http.client.HTTPConnection(host, port, timeout=timeout_s)
     else:
         raise ConnectError(f"unsupported URL scheme in {url!r}")
     try:

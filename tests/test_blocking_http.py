@@ -112,6 +112,8 @@ def test_a_connection_closed_without_an_answer(listener: socket.socket) -> None:
     thread.join(5)
 
 
-def test_an_unknown_scheme_is_refused() -> None:
+def test_an_unknown_scheme_or_a_bad_port_is_a_connect_error() -> None:
     with pytest.raises(blocking_http.ConnectError, match="unsupported URL scheme"):
         blocking_http.request("GET", "ftp://127.0.0.1/x", timeout_s=1)
+    with pytest.raises(blocking_http.ConnectError, match="invalid URL 'http://127.0.0.1:port/'"):
+        blocking_http.request("GET", "http://127.0.0.1:port/", timeout_s=1)
