@@ -17,7 +17,6 @@ pauses them, which removes the sweep's schedule and the runs it had scheduled.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 import time
 from collections.abc import Sequence
@@ -177,6 +176,8 @@ def run_serve(parser: argparse.ArgumentParser, args: argparse.Namespace, extras:
                     f"Serving eval post deployments against {url.removesuffix('/api')} (Ctrl-C stops)",
                     flush=True,
                 )
+                import asyncio  # here: every command imports this module to register its flags
+
                 asyncio.run(runner.start())
             finally:
                 remove()
