@@ -3,10 +3,14 @@ in pieces, and each way an exchange can end without an answer."""
 
 from __future__ import annotations
 
+import shutil
 import socket
+import ssl
+import subprocess
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 
@@ -117,3 +121,41 @@ def test_an_unknown_scheme_or_a_bad_port_is_a_connect_error() -> None:
         blocking_http.request("GET", "ftp://127.0.0.1/x", timeout_s=1)
     with pytest.raises(blocking_http.ConnectError, match="invalid URL 'http://127.0.0.1:port/'"):
         blocking_http.request("GET", "http://127.0.0.1:port/", timeout_s=1)
+
+
+@pytest.fixture
+def tls_server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """An HTTPS server on loopback with a self-signed certificate for 127.0.0.1 (made by openssl)."""
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.skip("no openssl command to make a test certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        [openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+         "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    httpd.socket = context.wrap_socket(httpd.socket, server_side=True)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"https://127.0.0.1:{httpd.server_port}", cert
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def test_https_is_verified_against_the_ca_bundle(
+    tls_server: tuple[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url, cert = tls_server
+    # A certificate no CA of the bundle signed: refused, as a connection that could not be opened.
+    with pytest.raises(blocking_http.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
+        blocking_http.request("GET", f"{url}/reverify_mode", timeout_s=5)
+    # The same server, its certificate trusted: the request goes through TLS and is answered.
+    monkeypatch.setattr(blocking_http, "tls_context", lambda: ssl.create_default_context(cafile=str(cert)))
+    reply = blocking_http.request("GET", f"{url}/reverify_mode", timeout_s=5)
+    assert (reply.status, reply.body) == (200, b'"stateless"')
