@@ -6,7 +6,7 @@ import hashlib
 import os
 import weakref
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 import orjson
@@ -94,6 +94,22 @@ def iter_rows(url: str) -> Iterator[tuple[int, int, bytes, dict[str, Any]]]:
         yield number, offset, raw, parse_row(url, number, raw)
 
 
+S = TypeVar("S", bound=msgspec.Struct)
+
+
+def _agreeing(decoder: msgspec.json.Decoder[S], raw: bytes) -> S | None:
+    """``raw`` read by ``decoder`` (msgspec, which skips the fields its Struct does not declare)
+    where that can only agree with ``orjson.loads`` (:func:`~gymflow._json_agreement.msgspec_agrees`);
+    None for any other line (not an object, deeper than msgspec reads, or in doubt), which the
+    caller parses whole, so it is accepted or refused with :func:`parse_row`'s message."""
+    if not msgspec_agrees(raw):
+        return None
+    try:
+        return decoder.decode(raw)
+    except msgspec.MsgspecError:
+        return None
+
+
 class RolloutHead(msgspec.Struct):
     """What selection reads of a rollout (or sidecar) row: its key, whether it has a ``response``
     and its failure class."""
@@ -115,12 +131,7 @@ def read_heads(url: str) -> Iterator[tuple[int, int, bytes, RolloutHead, Key]]:
     other line is parsed whole, so it is accepted or refused, with the same message, as
     :func:`parse_row` would."""
     for number, offset, raw in _lines(url):
-        head: RolloutHead | None = None
-        if msgspec_agrees(raw):
-            try:
-                head = _HEAD.decode(raw)
-            except msgspec.MsgspecError:  # not an object, or deeper than msgspec reads
-                head = None
+        head = _agreeing(_HEAD, raw)
         if head is None:
             row = parse_row(url, number, raw)
             response = _PRESENT if "response" in row else msgspec.Raw()
@@ -209,16 +220,6 @@ class _MaterializedHead(msgspec.Struct):
 _MATERIALIZED_HEAD = msgspec.json.Decoder(_MaterializedHead)
 
 
-def _head_of(raw: bytes) -> _MaterializedHead | None:
-    """The row's head, read by msgspec where it can only agree with ``orjson.loads``; else None."""
-    if not msgspec_agrees(raw):
-        return None
-    try:
-        return _MATERIALIZED_HEAD.decode(raw)
-    except msgspec.MsgspecError:  # not an object, or deeper than msgspec reads
-        return None
-
-
 class _Routes:
     """The :data:`ROUTE_FIELDS` of flat rows, one object per distinct value."""
 
@@ -271,7 +272,7 @@ def read_materialized(url: str, warn: Warn) -> Materialized:
     written = 0
     try:
         for number, offset, raw in _lines(url):
-            head = _head_of(raw)
+            head = _agreeing(_MATERIALIZED_HEAD, raw)
             if head is None:
                 row = parse_row(url, number, raw)
                 key = row_key(url, number, row)
@@ -334,19 +335,14 @@ def sent_fields(line: bytes) -> dict[str, Any]:
     whole, as before. The server reads the same values either way: only the response's spacing and
     escapes may differ from ``orjson.dumps``'s. A body holding the fragment is always written by
     orjson: its other values come from ``orjson.loads``, and orjson writes whatever it reads."""
-    if msgspec_agrees(line):
-        try:
-            read = _SENT_FIELDS.decode(line)
-        except msgspec.MsgspecError:
-            pass
-        else:
-            if read.response:
-                fields: dict[str, Any] = {"response": orjson.Fragment(bytes(read.response))}
-                if read.deliverables_dir is not msgspec.UNSET:
-                    fields["deliverables_dir"] = read.deliverables_dir
-                if read.reference_ids is not msgspec.UNSET:
-                    fields["reference_ids"] = read.reference_ids
-                return fields
+    read = _agreeing(_SENT_FIELDS, line)
+    if read is not None and read.response:
+        fields: dict[str, Any] = {"response": orjson.Fragment(bytes(read.response))}
+        if read.deliverables_dir is not msgspec.UNSET:
+            fields["deliverables_dir"] = read.deliverables_dir
+        if read.reference_ids is not msgspec.UNSET:
+            fields["reference_ids"] = read.reference_ids
+        return fields
     row: dict[str, Any] = orjson.loads(line)
     return row
 

@@ -10,7 +10,6 @@ the open output files and the launched servers until :func:`~gymflow.reverify.fi
 from __future__ import annotations
 
 import itertools
-import operator
 import os
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack
@@ -43,6 +42,7 @@ from gymflow.reverify._paths import OutputPaths, derived
 from gymflow.reverify._results import alarm_line
 from gymflow.reverify._resume import ResumeCounts, max_attempts, read_existing, resume_filter
 from gymflow.reverify._select import (
+    WORK_KEY,
     Selection,
     VerifierHashes,
     Work,
@@ -479,8 +479,8 @@ def _open_plan(
             stack.callback(sent.close)
         plan.collected = Collected(routing, sent)
         if source is None or storage.is_local(source):
-            plan.work.sort(key=_WORK_KEY)
-        keys = list(map(_WORK_KEY, plan.work))
+            plan.work.sort(key=WORK_KEY)
+        keys = list(map(WORK_KEY, plan.work))
         if all(a <= b for a, b in itertools.pairwise(keys)):
             plan.order = KeyOrder(keys, options.num_samples_in_parallel)
     if not plan.work:
@@ -489,10 +489,6 @@ def _open_plan(
         # As 0.7.0: only for a bound the user set (gymflow's default bound goes unsaid).
         echo(f"Verifying with {options.num_samples_in_parallel} concurrent requests")
     return plan
-
-
-_WORK_KEY = operator.attrgetter("task", "rollout")
-"""A :class:`Work`'s key, as its ``key`` property gives it (from C: a run sorts tens of thousands)."""
 
 
 def _resume(
