@@ -17,6 +17,7 @@ that reason and must never be given to code that calls pydantic methods.
 from __future__ import annotations
 
 import inspect
+import operator
 import types
 import typing
 from collections.abc import Callable, Collection
@@ -27,12 +28,11 @@ import orjson
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-# read_trajectory applies trajectory.py's depth rule (free_form_too_deep) exactly as it does.
-from gymflow.evidence.trajectory import TrajectoryRecord, free_form_too_deep, validate_trajectory
+# read_trajectory applies trajectory.py's depth rule exactly as it does.
+from gymflow.evidence.trajectory import TrajectoryRecord, conversation_too_deep, validate_trajectory
 
 __all__ = [
     "STRUCTS",
-    "conversations_too_deep",
     "convert_trajectory",
     "read_trajectory",
     "struct_converters",
@@ -62,14 +62,32 @@ def _meta(metadata: list[Any]) -> msgspec.Meta | None:
     return msgspec.Meta(**bounds) if bounds else None
 
 
+DEFERRED_SUFFIX = "_json"
+"""A deferred field's JSON text is kept under its name plus this suffix."""
+
+
+def _decoded(text_field: str) -> property:
+    """The attribute of a deferred field: the value of the JSON text the Struct keeps in
+    ``text_field`` (``None`` when the key is absent), decoded by msgspec on every read."""
+    get_text = operator.attrgetter(text_field)
+    decode = msgspec.json.decode
+
+    def value(struct: Any) -> Any:
+        text = get_text(struct)
+        return None if text is None else decode(text)
+
+    return property(value)
+
+
 class _Generator:
     """Translates models (and the models they nest) into Structs, each once. The free-form
-    (``Any``) fields named in ``unread`` become ``msgspec.Raw``: their JSON text, not decoded."""
+    (``Any``) fields named in ``deferred`` are not decoded with the rest: their Struct keeps the
+    JSON text (``msgspec.Raw``) and decodes it when the attribute is read."""
 
-    def __init__(self, unread: Collection[tuple[type[BaseModel], str]] = ()) -> None:
+    def __init__(self, deferred: Collection[tuple[type[BaseModel], str]] = ()) -> None:
         self.structs: dict[type[BaseModel], type[msgspec.Struct]] = {}
         self.validators: dict[type[BaseModel], Callable[[Any], None] | None] = {}
-        self.unread = frozenset(unread)
+        self.deferred = frozenset(deferred)
 
     def annotation(self, tp: Any) -> Any:
         origin = get_origin(tp)
@@ -108,13 +126,17 @@ class _Generator:
         return tp, info.default
 
     @staticmethod
-    def _unread_default(model: type[BaseModel], name: str, info: FieldInfo) -> None:
+    def _deferred_text(model: type[BaseModel], name: str, info: FieldInfo) -> tuple[Any, ...]:
+        """The Struct field keeping the JSON text of the deferred field ``name``."""
         validated = any(
             name in item.info.fields for item in model.__pydantic_decorators__.field_validators.values()
         )
         if info.annotation is not Any or info.default is not None or info.metadata or validated:
-            raise TypeError(f"{model.__name__}.{name} is not a free-form field that may stay unread")
-        return None
+            raise TypeError(f"{model.__name__}.{name} is not a free-form field whose decoding may wait")
+        text_field = name + DEFERRED_SUFFIX
+        if text_field in model.model_fields:
+            raise TypeError(f"{model.__name__}.{text_field} would hide the text of {name}")
+        return (text_field, msgspec.Raw, msgspec.field(name=name, default=None))
 
     def struct(self, model: type[BaseModel]) -> type[msgspec.Struct]:
         if model in self.structs:
@@ -124,11 +146,14 @@ class _Generator:
         if config or extra not in ("forbid", "ignore"):
             raise TypeError(f"no msgspec form for {model.__name__}'s config {model.model_config!r}")
         fields: list[tuple[Any, ...]] = []
+        attributes: dict[str, Any] = {}
         for name, info in model.model_fields.items():
             if info.alias is not None or info.validation_alias is not None:
                 raise TypeError(f"no msgspec form for the alias of {model.__name__}.{name}")
-            if (model, name) in self.unread:
-                fields.append((name, msgspec.Raw, self._unread_default(model, name, info)))
+            if (model, name) in self.deferred:
+                text = self._deferred_text(model, name, info)
+                fields.append(text)
+                attributes[name] = _decoded(text[0])
                 continue
             tp, default = self.field(info)
             fields.append((name, tp) if default is msgspec.NODEFAULT else (name, tp, default))
@@ -139,6 +164,7 @@ class _Generator:
             forbid_unknown_fields=extra == "forbid",
             gc=False,
             module=__name__,
+            namespace=attributes,
         )
         self.structs[model] = struct
         self.validators[model] = _validators(model)
@@ -254,17 +280,18 @@ def struct_converters(models: typing.Sequence[type[BaseModel]]) -> list[Callable
 
 
 def trajectory_decoding(
-    unread: Collection[tuple[type[BaseModel], str]],
+    deferred: Collection[tuple[type[BaseModel], str]],
 ) -> tuple[type[msgspec.Struct], Callable[[Any], None]]:
     """A Struct of the trajectory for msgspec to decode from JSON text, and the step running the
     models' validators on a decoded one (any exception: the caller takes the exact path).
 
     Decoding text instead of converting ``orjson.loads``'s value is equal only for text on which
     msgspec and orjson agree (``gymflow._json_agreement``), and the depth rule is the caller's.
-    The free-form fields in ``unread`` hold their JSON text (``msgspec.Raw``, ``None`` when
-    absent): for a reader that never looks at them, so their validation is nothing to skip.
+    The free-form fields in ``deferred`` are decoded only when read (free-form values have no
+    validation to run, so nothing is skipped): a reader that looks at one on few records saves
+    building the rest, which in a trajectory are most of its objects.
     """
-    generator = _Generator(unread)
+    generator = _Generator(deferred)
     struct = generator.struct(TrajectoryRecord)
     return struct, _walker(generator, TrajectoryRecord) or (lambda _: None)
 
@@ -298,12 +325,6 @@ def read_trajectory(raw: Any) -> TrajectoryRecord:
         orjson.dumps(raw)
     except TypeError:
         return validate_trajectory(raw)
-    if conversations_too_deep(record):
+    if conversation_too_deep(record):
         return validate_trajectory(raw)
     return record
-
-
-def conversations_too_deep(record: Any) -> bool:
-    """Whether a Struct record breaks the depth rule in a conversation: validation rewrites
-    conversations, so their depth is measured after it (the other free-form values are as read)."""
-    return any(invocation.conversation for invocation in record.invocations) and free_form_too_deep(record)

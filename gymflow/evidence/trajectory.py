@@ -290,3 +290,15 @@ def free_form_too_deep(record: TrajectoryRecord) -> bool:
     serialise: it serialises the record after validating it, and its serialiser gives up on
     values nested deeper than :data:`MAX_FREE_FORM_DEPTH` levels with a ValueError."""
     return any(isinstance(value, (dict, list)) and _too_deep(value) for value in _free_form_values(record))
+
+
+def conversation_too_deep(record: TrajectoryRecord) -> bool:
+    """:func:`free_form_too_deep` over the conversations' items alone, for a reader that knows the
+    text it read nests less deeply than the limit: validation rewrites conversations, so theirs is
+    the one depth still to measure (the other free-form values are as read). Reads nothing else
+    of the record, so it accepts a Struct whose other free-form fields are still text."""
+    return any(
+        isinstance(item, (dict, list)) and _too_deep(item)
+        for invocation in record.invocations
+        for item in invocation.conversation
+    )

@@ -3,7 +3,8 @@ its trajectory validated (or the reason it is not) and its transcript usage.
 
 Two ways, one result. The exact way is ``orjson.loads`` and the trajectory's validation
 (:func:`read_trajectory`). The fast way decodes the line with msgspec straight into the
-trajectory's Structs, skipping the fields no check reads; it is taken only for a line on which
+trajectory's Structs, leaving the free-form payloads as text until a check reads one
+(:data:`DEFERRED`); it is taken only for a line on which
 msgspec and orjson agree (:func:`msgspec_agrees`, one pass in C) and whose decoding and validation
 succeed. Anything else, unreadable lines included, goes the exact way, which decides.
 """
@@ -18,8 +19,8 @@ import orjson
 
 from gymflow._json_agreement import msgspec_agrees
 from gymflow.evidence import TrajectoryModelCall, TrajectoryRecord, TrajectoryUnreadable
-from gymflow.evidence.structs import conversations_too_deep, read_trajectory, trajectory_decoding
-from gymflow.evidence.trajectory import TrajectoryToolCall, TrajectoryTurn
+from gymflow.evidence.structs import read_trajectory, trajectory_decoding
+from gymflow.evidence.trajectory import TrajectoryToolCall, TrajectoryTurn, conversation_too_deep
 from gymflow.health._observed import response_usage, transcript_usage
 
 _ASCII_WHITESPACE = b" \t\n\r\x0b\x0c"
@@ -77,11 +78,16 @@ def _read_exact(line: bytes) -> RecordRead | dict[str, Any]:
     return RecordRead(record, rollout_id, trajectory, error, transcript_usage(record))
 
 
-# The free-form fields no check reads (tests/health/test_fast_path.py holds the health package to
-# that): kept as their JSON text. A line the fast way takes nests at most 200 levels
-# (msgspec_agrees), so none of them can break the depth rule (255 levels).
-UNREAD = ((TrajectoryModelCall, "request"), (TrajectoryToolCall, "output"), (TrajectoryTurn, "question"))
-_Trajectory, _validate = trajectory_decoding(UNREAD)
+# The free-form fields no check reads, and a call's response, which a check reads only for the
+# calls cut short by a length limit: decoded when read. A line the fast way takes nests at most
+# 200 levels (msgspec_agrees), so none of them can break the depth rule (255 levels).
+DEFERRED = (
+    (TrajectoryModelCall, "request"),
+    (TrajectoryModelCall, "response"),
+    (TrajectoryToolCall, "output"),
+    (TrajectoryTurn, "question"),
+)
+_Trajectory, _validate = trajectory_decoding(DEFERRED)
 _UNSET: Any = msgspec.UNSET
 
 
@@ -119,7 +125,7 @@ def _read_fast(line: bytes) -> RecordRead | None:
             _validate(trajectory)
     except Exception:  # noqa: BLE001 - any doubt goes the exact way
         return None
-    if trajectory is not None and conversations_too_deep(trajectory):
+    if trajectory is not None and conversation_too_deep(trajectory):
         return None
     fields = {name: value for name, field in _FIELDS if (value := getattr(record, field)) is not _UNSET}
     if record.rollout_id is not _UNSET:
