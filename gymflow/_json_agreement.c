@@ -242,6 +242,266 @@ static int agrees(const unsigned char *p, const unsigned char *end, int wide_int
     return 1;
 }
 
+/* ---- object_members: one strict pass that validates a JSON object text and finds members ---- */
+
+#define MAX_NAMES 16
+
+static const unsigned char *skip_space(const unsigned char *p, const unsigned char *end) {
+    while (p < end && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')) {
+        p++;
+    }
+    return p;
+}
+
+/* The end of the string whose opening quote is at p[-1], or NULL when orjson would refuse it or
+ * might read it otherwise than msgspec_agrees allows: an unknown escape, besides string_end's. */
+static const unsigned char *strict_string_end(const unsigned char *p, const unsigned char *end) {
+    for (;;) {
+        p = skip_plain(p, end);
+        if (p >= end) {
+            return NULL;
+        }
+        unsigned char c = *p;
+        if (c == '"') {
+            return p + 1;
+        }
+        if (c == '\\') {
+            unsigned char escaped = end - p < 2 ? 0 : p[1];
+            if (escaped == 'u') {
+                p = escape_end(p, end);
+            } else if (escaped != 0 && strchr("\"\\/bfnrt", escaped) != NULL) {
+                p += 2;
+            } else {
+                return NULL;
+            }
+        } else if (c >= 0x80) {
+            p = utf8_end(p, end);
+        } else {
+            return NULL;
+        }
+        if (p == NULL) {
+            return NULL;
+        }
+    }
+}
+
+/* The end of the number at p, or NULL when it breaks JSON's grammar or number_end's ranges. */
+static const unsigned char *strict_number_end(const unsigned char *p, const unsigned char *end) {
+    const unsigned char *start = p;
+    p += p < end && *p == '-';
+    if (p >= end || *p < '0' || *p > '9') {
+        return NULL;
+    }
+    if (*p == '0') {
+        p++;
+    } else {
+        digits(&p, end);
+    }
+    if (p < end && *p == '.') {
+        p++;
+        if (digits(&p, end) == 0) {
+            return NULL;
+        }
+    }
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        p++;
+        if (p < end && (*p == '+' || *p == '-')) {
+            p++;
+        }
+        if (digits(&p, end) == 0) {
+            return NULL;
+        }
+    }
+    return number_end(start, end, 0) == p ? p : NULL;
+}
+
+static const unsigned char *literal_end(const unsigned char *p, const unsigned char *end, const char *word) {
+    size_t length = strlen(word);
+    return (size_t)(end - p) >= length && memcmp(p, word, length) == 0 ? p + length : NULL;
+}
+
+typedef struct {
+    const char *name;
+    Py_ssize_t length;
+} Name;
+
+/* Which of names the key from start to end is (its bytes as they are), or -1. */
+static int named(const unsigned char *start, const unsigned char *end, const Name *names, int count) {
+    Py_ssize_t length = end - start;
+    for (int i = 0; i < count; i++) {
+        if (names[i].length == length && memcmp(names[i].name, start, (size_t)length) == 0) {
+            return i;
+        }
+    }
+    return -1;
+}
+
+enum { VALUE, VALUE_OR_CLOSE, KEY, KEY_OR_CLOSE, AFTER_VALUE };
+
+/* Whether the text from p to end is one JSON object that orjson.loads accepts and on which
+ * msgspec_agrees holds (its rules, plus JSON's grammar), with no escape in a top-level key; if so,
+ * found[i] holds the offsets of the value of the last top-level member named names[i] ({-1, -1}
+ * when there is none). */
+static int object_members_of(const unsigned char *text, const unsigned char *end, const Name *names, int count,
+                             Py_ssize_t (*found)[2]) {
+    unsigned char stack[MAX_DEPTH];
+    const unsigned char *p = skip_space(text, end);
+    if (p >= end || *p != '{') {
+        return 0;
+    }
+    stack[0] = '{';
+    int depth = 1;
+    int member = -1;
+    const unsigned char *value_start = NULL;
+    int state = KEY_OR_CLOSE;
+    p++;
+    for (;;) {
+        p = skip_space(p, end);
+        if (p >= end) {
+            return 0;
+        }
+        unsigned char c = *p;
+        if (state == KEY || state == KEY_OR_CLOSE) {
+            if (c == '}' && state == KEY_OR_CLOSE) {
+                depth--;
+                p++;
+            } else {
+                if (c != '"') {
+                    return 0;
+                }
+                const unsigned char *key = p + 1;
+                p = strict_string_end(key, end);
+                if (p == NULL) {
+                    return 0;
+                }
+                if (depth == 1) {
+                    if (memchr(key, '\\', (size_t)(p - 1 - key)) != NULL) {
+                        return 0; /* a key spelled with escapes may be one of names */
+                    }
+                    member = named(key, p - 1, names, count);
+                }
+                p = skip_space(p, end);
+                if (p >= end || *p != ':') {
+                    return 0;
+                }
+                p++;
+                state = VALUE;
+                continue;
+            }
+        } else if (state == AFTER_VALUE) {
+            unsigned char open = stack[depth - 1];
+            if (c == ',') {
+                p++;
+                state = open == '{' ? KEY : VALUE;
+                continue;
+            }
+            if (c != (open == '{' ? '}' : ']')) {
+                return 0;
+            }
+            depth--;
+            p++;
+        } else if (c == ']' && state == VALUE_OR_CLOSE) {
+            depth--;
+            p++;
+        } else {
+            if (depth == 1) {
+                value_start = p;
+            }
+            if (c == '{' || c == '[') {
+                if (depth >= MAX_DEPTH) {
+                    return 0;
+                }
+                stack[depth++] = c;
+                p++;
+                state = c == '{' ? KEY_OR_CLOSE : VALUE_OR_CLOSE;
+                continue;
+            }
+            if (c == '"') {
+                p = strict_string_end(p + 1, end);
+            } else if (c == '-' || (c >= '0' && c <= '9')) {
+                p = strict_number_end(p, end);
+            } else if (c == 't') {
+                p = literal_end(p, end, "true");
+            } else if (c == 'f') {
+                p = literal_end(p, end, "false");
+            } else if (c == 'n') {
+                p = literal_end(p, end, "null");
+            } else {
+                return 0;
+            }
+            if (p == NULL) {
+                return 0;
+            }
+        }
+        /* A value ended at p: a scalar, or the container just closed. */
+        if (depth == 0) {
+            return skip_space(p, end) == end;
+        }
+        if (depth == 1 && member >= 0) {
+            found[member][0] = value_start - text;
+            found[member][1] = p - text;
+            member = -1;
+        }
+        state = AFTER_VALUE;
+    }
+}
+
+static PyObject *object_members(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyTuple_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "object_members takes a JSON text and a tuple of member names");
+        return NULL;
+    }
+    Py_ssize_t count = PyTuple_GET_SIZE(args[1]);
+    if (count > MAX_NAMES) {
+        PyErr_Format(PyExc_ValueError, "object_members finds at most %d members", MAX_NAMES);
+        return NULL;
+    }
+    Name names[MAX_NAMES];
+    Py_ssize_t found[MAX_NAMES][2];
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *name = PyTuple_GET_ITEM(args[1], i);
+        if (!PyBytes_Check(name)) {
+            PyErr_SetString(PyExc_TypeError, "object_members: each member name is bytes");
+            return NULL;
+        }
+        names[i].name = PyBytes_AS_STRING(name);
+        names[i].length = PyBytes_GET_SIZE(name);
+        found[i][0] = found[i][1] = -1;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) {
+        return NULL;
+    }
+    const unsigned char *data = (const unsigned char *)view.buf;
+    int ok = object_members_of(data, data + view.len, names, (int)count, found);
+    PyBuffer_Release(&view);
+    if (!ok) {
+        Py_RETURN_NONE;
+    }
+    PyObject *result = PyTuple_New(count);
+    if (result == NULL) {
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *item;
+        if (found[i][0] < 0) {
+            item = Py_NewRef(Py_None);
+        } else {
+            PyObject *start = PyLong_FromSsize_t(found[i][0]);
+            PyObject *stop = PyLong_FromSsize_t(found[i][1]);
+            item = start != NULL && stop != NULL ? PySlice_New(start, stop, NULL) : NULL;
+            Py_XDECREF(start);
+            Py_XDECREF(stop);
+            if (item == NULL) {
+                Py_DECREF(result);
+                return NULL;
+            }
+        }
+        PyTuple_SET_ITEM(result, i, item);
+    }
+    return result;
+}
+
 static PyObject *msgspec_agrees(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs < 1 || nargs > 2) {
         PyErr_SetString(PyExc_TypeError, "msgspec_agrees takes a JSON text and, optionally, wide_integers");
@@ -262,6 +522,10 @@ static PyObject *msgspec_agrees(PyObject *module, PyObject *const *args, Py_ssiz
 }
 
 static PyMethodDef methods[] = {
+    {"object_members", (PyCFunction)(void (*)(void))object_members, METH_FASTCALL,
+     "object_members(text, names, /)\n--\n\nThe slices of text holding the values of the top-level members "
+     "named (bytes), or None when text is not one JSON object that orjson.loads reads as msgspec_agrees "
+     "requires."},
     {"msgspec_agrees", (PyCFunction)(void (*)(void))msgspec_agrees, METH_FASTCALL,
      "msgspec_agrees(text, wide_integers=False, /)\n--\n\nTrue when msgspec's typed decoding of the JSON text "
      "can only agree with orjson.loads (wide_integers: with a reader that keeps integers beyond 64 bits)."},

@@ -10,3 +10,11 @@ def msgspec_agrees(text: bytes | bytearray | memoryview, wide_integers: bool = F
     ``wide_integers``, for a reader that keeps them exact as msgspec does, up to 200 digits),
     nesting deeper than
     200 levels, a control character in a string."""
+
+def object_members(
+    text: bytes | bytearray | memoryview, names: tuple[bytes, ...], /
+) -> tuple[slice | None, ...] | None:
+    """The slices of ``text`` holding the values of its top-level members named ``names`` (None
+    for one it lacks; the last of a repeated name), when ``text`` is one JSON object that
+    ``orjson.loads`` reads and on which :func:`msgspec_agrees` holds, with no escape in a top-level
+    key. None for any other text (the caller then reads it exactly): a single strict pass in C."""

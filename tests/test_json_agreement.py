@@ -16,7 +16,8 @@ import msgspec
 import orjson
 import pytest
 
-from gymflow._json_agreement import msgspec_agrees
+from gymflow._json_agreement import msgspec_agrees, object_members
+from tests import fuzz_lines
 from tests.integer_edges import orjson_inexact, texts
 
 _INVALID_UTF8 = [b"\xff", b"\x80", b"\xc0\xaf", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\xe2\x82"]
@@ -212,3 +213,77 @@ def test_it_refuses_wherever_orjson_loses_an_integer() -> None:
         assert msgspec_agrees(text) and not orjson_inexact(text)
     for text in (b"18446744073709551616", b"-9223372036854775809", b"[" + b"1" * 21 + b"]", b"-" + b"1" * 20):
         assert not msgspec_agrees(text) and orjson_inexact(text)
+
+
+_NAMES = (b"a", b"b", b"_ng_task_index", b"response", "\u03b2-gamma0".encode())
+
+
+def _members_agree(text: bytes, names: tuple[bytes, ...], seen: dict[str, int]) -> None:
+    """object_members' contract on one text: where it answers, orjson reads an object whose
+    members are exactly the values of the slices it gives."""
+    readable, value = _decoded(orjson.loads, text)
+    found = object_members(text, names)
+    if found is None:
+        seen["declined but an object"] += readable and isinstance(value, dict)
+        # Only a doubt declines: an object msgspec_agrees passes, spelled without escapes, is answered.
+        assert not (readable and isinstance(value, dict) and msgspec_agrees(text) and b"\\" not in text), text
+        return
+    seen["answered"] += 1
+    assert readable and isinstance(value, dict), text[:300]
+    assert msgspec_agrees(text), text[:300]
+    for name, where in zip(names, found, strict=True):
+        key = name.decode()
+        assert (where is None) == (key not in value), (name, text[:300])
+        if where is not None:
+            assert _same(orjson.loads(text[where]), value[key]), (name, text[:300])
+            seen["members found"] += 1
+
+
+def test_object_members_finds_what_orjson_reads_or_declines() -> None:
+    rng = random.Random(20261208)
+    seen = {"answered": 0, "members found": 0, "declined but an object": 0}
+    for _ in range(20_000):
+        members = [_string(rng) + b": " + _value(rng) for _ in range(rng.randrange(4))]
+        members += [b'"' + rng.choice(_NAMES) + b'": ' + _value(rng) for _ in range(rng.randrange(3))]
+        rng.shuffle(members)
+        space = rng.choice([b"", b" ", b"\n\t ", b"\r\n"])
+        text = _damaged(space + b"{" + (b"," + space).join(members) + b"}" + space, rng)
+        _members_agree(text, _NAMES, seen)
+    for line in fuzz_lines.lines(3000, seed=20261208):
+        _members_agree(line, _NAMES, seen)
+    # Every side is reached: answers with and without the members, and objects left to the exact reader.
+    assert seen["answered"] > 2_500 and seen["members found"] > 1_500, seen
+    assert seen["declined but an object"] > 500, seen
+
+
+@pytest.mark.parametrize(
+    ("text", "found"),
+    [
+        (b'{"a": 1, "b": [2, {"a": 3}], "a": "last"}', (b'"last"', b'[2, {"a": 3}]')),  # the last wins
+        (b' {"b":{}}\r\n', (None, b"{}")),
+        (b"{}", (None, None)),
+        (b'{"\\u0061": 1}', None),  # a top-level key spelled with an escape
+        (b'{"c": "\\u0061"}', (None, None)),  # escapes deeper are read
+        (b'[{"a": 1}]', None),
+        (b'{"a": 1} {"a": 2}', None),
+        (b'{"a": 01}', None),
+        (b'{"a": 1,}', None),
+        (b'{"a": [1 2]}', None),
+        (b'{"a": "\\x"}', None),
+        (b'{"a": tru}', None),
+        (b'{"a": 1.}', None),
+        (b'{"a": 1e400}', None),
+        (b'{"a": 18446744073709551616}', None),
+        (b'{"a": "\\ud800"}', None),
+        (b'{"a": 1}\x0b', None),
+        (b'{"a": ' + b"[" * 199 + b"]" * 199 + b"}", (b"[" * 199 + b"]" * 199, None)),
+        (b'{"a": ' + b"[" * 200 + b"]" * 200 + b"}", None),
+    ],
+)
+def test_object_members_on_each_rule(text: bytes, found: tuple[bytes | None, ...] | None) -> None:
+    result = object_members(text, (b"a", b"b"))
+    if found is None:
+        assert result is None
+        return
+    assert result is not None
+    assert tuple(None if where is None else text[where] for where in result) == found

@@ -6,13 +6,12 @@ import hashlib
 import os
 import weakref
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, TypeVar
+from typing import Any, NamedTuple
 
-import msgspec
 import orjson
 
 from gymflow import scratch, storage
-from gymflow._json_agreement import msgspec_agrees
+from gymflow._json_agreement import object_members
 from gymflow.errors import InputError
 
 __all__ = [
@@ -94,49 +93,41 @@ def iter_rows(url: str) -> Iterator[tuple[int, int, bytes, dict[str, Any]]]:
         yield number, offset, raw, parse_row(url, number, raw)
 
 
-S = TypeVar("S", bound=msgspec.Struct)
+def _value(raw: bytes, where: slice | None) -> Any:
+    """The JSON value at ``where`` in ``raw`` (a slice :func:`object_members` gave), None when the
+    member is absent."""
+    return None if where is None else orjson.loads(raw[where])
 
 
-def _agreeing(decoder: msgspec.json.Decoder[S], raw: bytes) -> S | None:
-    """``raw`` read by ``decoder`` (msgspec, which skips the fields its Struct does not declare)
-    where that can only agree with ``orjson.loads`` (:func:`~gymflow._json_agreement.msgspec_agrees`);
-    None for any other line (not an object, deeper than msgspec reads, or in doubt), which the
-    caller parses whole, so it is accepted or refused with :func:`parse_row`'s message."""
-    if not msgspec_agrees(raw):
-        return None
-    try:
-        return decoder.decode(raw)
-    except msgspec.MsgspecError:
-        return None
-
-
-class RolloutHead(msgspec.Struct):
+class RolloutHead(NamedTuple):
     """What selection reads of a rollout (or sidecar) row: its key, whether it has a ``response``
     and its failure class."""
 
-    task: Any = msgspec.field(default=None, name="_ng_task_index")
-    rollout: Any = msgspec.field(default=None, name="_ng_rollout_index")
-    response: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)
-    failure_class: Any = msgspec.field(default=None, name="_ng_failure_class")
+    task: Any
+    rollout: Any
+    has_response: bool
+    failure_class: Any
 
 
-_HEAD = msgspec.json.Decoder(RolloutHead)
-_PRESENT = msgspec.Raw(b"null")
+_HEAD = (b"_ng_task_index", b"_ng_rollout_index", b"response", b"_ng_failure_class")
 
 
 def read_heads(url: str) -> Iterator[tuple[int, int, bytes, RolloutHead, Key]]:
     """:func:`iter_rows` reading only a :class:`RolloutHead` of each row, and its key (checked as
-    :func:`row_key` checks it). A line is read by msgspec, which skips the other fields, where it
-    can only agree with ``orjson.loads`` (:func:`~gymflow._json_agreement.msgspec_agrees`); any
-    other line is parsed whole, so it is accepted or refused, with the same message, as
-    :func:`parse_row` would."""
+    :func:`row_key` checks it). The members are found by one pass in C over a line it can vouch
+    orjson reads the same (:func:`~gymflow._json_agreement.object_members`); any other line is
+    parsed whole, so it is accepted or refused, with the same message, as :func:`parse_row`
+    would."""
     for number, offset, raw in _lines(url):
-        head = _agreeing(_HEAD, raw)
-        if head is None:
+        found = object_members(raw, _HEAD)
+        if found is None:
             row = parse_row(url, number, raw)
-            response = _PRESENT if "response" in row else msgspec.Raw()
             task, rollout = row.get("_ng_task_index"), row.get("_ng_rollout_index")
-            head = RolloutHead(task, rollout, response, row.get("_ng_failure_class"))
+            head = RolloutHead(task, rollout, "response" in row, row.get("_ng_failure_class"))
+        else:
+            task_at, rollout_at, response_at, failure_at = found
+            task, rollout = _value(raw, task_at), _value(raw, rollout_at)
+            head = RolloutHead(task, rollout, response_at is not None, _value(raw, failure_at))
         yield number, offset, raw, head, _checked_key(url, number, head.task, head.rollout)
 
 
@@ -205,38 +196,35 @@ materialized row's body takes them from that row alone (:func:`build_body` adds 
 rollout's ``response``, ``deliverables_dir`` and ``reference_ids``)."""
 
 
-class _MaterializedHead(msgspec.Struct):
-    """What the index reads of a materialized row: its key, the fields it is routed by and
-    whether it has a ``task_input`` (each as its JSON text; an absent one is empty)."""
-
-    task: Any = msgspec.field(default=None, name="_ng_task_index")
-    rollout: Any = msgspec.field(default=None, name="_ng_rollout_index")
-    agent_ref: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)
-    task_source: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)
-    environment: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw, name="_ng_environment_server")
-    task_input: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)
-
-
-_MATERIALIZED_HEAD = msgspec.json.Decoder(_MaterializedHead)
+_MATERIALIZED_HEAD = (
+    b"_ng_task_index",
+    b"_ng_rollout_index",
+    *(name.encode() for name in ROUTE_FIELDS),
+    b"task_input",
+)
+"""What the index reads of a materialized row: its key, the fields it is routed by and whether it
+has a ``task_input`` object."""
 
 
 class _Routes:
     """The :data:`ROUTE_FIELDS` of flat rows, one object per distinct value."""
 
     def __init__(self) -> None:
-        self.by_text: dict[tuple[bytes, bytes, bytes], RouteFields | None] = {}
+        self.by_text: dict[tuple[bytes, ...], RouteFields | None] = {}
         self.by_value: dict[bytes, RouteFields] = {}
 
-    def of_head(self, head: _MaterializedHead) -> RouteFields | None:
-        """The row's route fields, or None when it has a ``task_input`` object."""
-        if head.task_input and bytes(head.task_input)[:1] == b"{":
+    def of_text(self, raw: bytes, found: tuple[slice | None, ...]) -> RouteFields | None:
+        """The route fields of the row ``raw`` whose :data:`_MATERIALIZED_HEAD` members are at
+        ``found``, or None when it has a ``task_input`` object."""
+        task_input = found[-1]
+        if task_input is not None and raw[task_input.start] == ord("{"):
             return None
-        texts = (bytes(head.agent_ref), bytes(head.task_source), bytes(head.environment))
+        texts = tuple(b"" if where is None else raw[where] for where in found[2:-1])
         if texts in self.by_text:
             return self.by_text[texts]
         fields = {name: orjson.loads(text) for name, text in zip(ROUTE_FIELDS, texts, strict=True) if text}
-        found = self.by_text[texts] = self.shared(fields)
-        return found
+        shared = self.by_text[texts] = self.shared(fields)
+        return shared
 
     def of_row(self, row: Mapping[str, Any]) -> RouteFields | None:
         if isinstance(row.get("task_input"), Mapping):
@@ -253,9 +241,9 @@ class _Routes:
 
 def read_materialized(url: str, warn: Warn) -> Materialized:
     """Materialized rows by key (exact line bytes, without terminator); the last row of a key wins
-    and one warning names the repeated keys. A row's key and route fields are read by msgspec,
-    which skips the rest, where it can only agree with ``orjson.loads``
-    (:func:`~gymflow._json_agreement.msgspec_agrees`); any other row is parsed whole, so it is
+    and one warning names the repeated keys. A row's key and route fields are found by one pass
+    in C over a line it can vouch orjson reads the same
+    (:func:`~gymflow._json_agreement.object_members`); any other row is parsed whole, so it is
     accepted or refused as :func:`parse_row` would."""
     spans: dict[Key, int] = {}
     routes: dict[Key, RouteFields] = {}
@@ -272,14 +260,14 @@ def read_materialized(url: str, warn: Warn) -> Materialized:
     written = 0
     try:
         for number, offset, raw in _lines(url):
-            head = _agreeing(_MATERIALIZED_HEAD, raw)
-            if head is None:
+            found = object_members(raw, _MATERIALIZED_HEAD)
+            if found is None:
                 row = parse_row(url, number, raw)
                 key = row_key(url, number, row)
                 fields = shared.of_row(row)
             else:
-                key = _checked_key(url, number, head.task, head.rollout)
-                fields = shared.of_head(head)
+                key = _checked_key(url, number, _value(raw, found[0]), _value(raw, found[1]))
+                fields = shared.of_text(raw, found)
             if key in spans:
                 repeated[key] = None
             if spool is not None:
@@ -316,13 +304,7 @@ def content_sha256(materialized: bytes, source: bytes) -> str:
     return digest.hexdigest()
 
 
-class _SentFields(msgspec.Struct):
-    response: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)
-    deliverables_dir: Any = msgspec.UNSET
-    reference_ids: Any = msgspec.UNSET
-
-
-_SENT_FIELDS = msgspec.json.Decoder(_SentFields)
+_SENT = (b"response", b"deliverables_dir", b"reference_ids")
 
 
 def sent_fields(line: bytes) -> dict[str, Any]:
@@ -330,18 +312,18 @@ def sent_fields(line: bytes) -> dict[str, Any]:
     its ``response`` as the line's own JSON text, an ``orjson.Fragment`` that ``orjson.dumps``
     writes as it is instead of the response being parsed and written again (on bodies of 2 to 25 KB,
     about a third of the client's time a row), and ``deliverables_dir`` and ``reference_ids`` when the
-    row has them. Read by msgspec, which skips every other field, when it can only agree with
-    ``orjson.loads`` (:func:`~gymflow._json_agreement.msgspec_agrees`); any other line is parsed
-    whole, as before. The server reads the same values either way: only the response's spacing and
-    escapes may differ from ``orjson.dumps``'s. A body holding the fragment is always written by
+    row has them. Found by one pass in C over a line it can vouch orjson reads the same
+    (:func:`~gymflow._json_agreement.object_members`); any other line is parsed whole. The server
+    reads the same values either way: only the response's spacing and escapes may differ from
+    ``orjson.dumps``'s. A body holding the fragment is always written by
     orjson: its other values come from ``orjson.loads``, and orjson writes whatever it reads."""
-    read = _agreeing(_SENT_FIELDS, line)
-    if read is not None and read.response:
-        fields: dict[str, Any] = {"response": orjson.Fragment(bytes(read.response))}
-        if read.deliverables_dir is not msgspec.UNSET:
-            fields["deliverables_dir"] = read.deliverables_dir
-        if read.reference_ids is not msgspec.UNSET:
-            fields["reference_ids"] = read.reference_ids
+    response, deliverables_dir, reference_ids = object_members(line, _SENT) or (None, None, None)
+    if response is not None:
+        fields: dict[str, Any] = {"response": orjson.Fragment(line[response])}
+        if deliverables_dir is not None:
+            fields["deliverables_dir"] = orjson.loads(line[deliverables_dir])
+        if reference_ids is not None:
+            fields["reference_ids"] = orjson.loads(line[reference_ids])
         return fields
     row: dict[str, Any] = orjson.loads(line)
     return row

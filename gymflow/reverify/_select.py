@@ -148,7 +148,7 @@ def select_native(
         if line is None:
             selection.unmatched.append(unmatched_row(key, parse_row(source, number, raw), raw))
             continue
-        if not head.response:
+        if not head.has_response:
             raise missing_response(key, parse_row(source, number, raw))
         fields = routes.get(key)
         if fields is None:
