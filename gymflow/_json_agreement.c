@@ -1,5 +1,7 @@
 /* One pass over a JSON text telling whether msgspec's typed decoding of it can only agree with
- * orjson.loads (see gymflow/_json_agreement.pyi for the contract).
+ * orjson.loads (msgspec_agrees), and a stricter pass that also holds the text to JSON's grammar
+ * and finds the values of a few top-level members of an object (object_members); see
+ * gymflow/_json_agreement.pyi for both contracts.
  *
  * msgspec skips the values a Struct does not declare without checking their UTF-8 or the range of
  * their numbers, and decodes an integer beyond 64 bits as an int where orjson gives a float. A text

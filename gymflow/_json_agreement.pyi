@@ -1,4 +1,4 @@
-"""A one-pass check of a JSON text, in C (``_json_agreement.c``)."""
+"""One-pass checks of a JSON text, in C (``_json_agreement.c``)."""
 
 def msgspec_agrees(text: bytes | bytearray | memoryview, wide_integers: bool = False, /) -> bool:
     """True when msgspec's typed decoding of ``text`` (one JSON value) can only agree with
