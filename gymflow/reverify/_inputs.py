@@ -107,9 +107,20 @@ class RolloutHead(NamedTuple):
     rollout: Any
     has_response: bool
     failure_class: Any
+    response_at: int = 0
+    """Where the line holds its ``response`` (``start << 32 | stop``), when that is all a
+    ``/verify`` body takes from the line (no ``deliverables_dir``, no ``reference_ids``); 0 when
+    :func:`sent_fields` must read the line."""
 
 
-_HEAD = (b"_ng_task_index", b"_ng_rollout_index", b"response", b"_ng_failure_class")
+_HEAD = (
+    b"_ng_task_index",
+    b"_ng_rollout_index",
+    b"response",
+    b"_ng_failure_class",
+    b"deliverables_dir",
+    b"reference_ids",
+)
 
 
 def read_heads(url: str) -> Iterator[tuple[int, int, bytes, RolloutHead, Key]]:
@@ -125,9 +136,12 @@ def read_heads(url: str) -> Iterator[tuple[int, int, bytes, RolloutHead, Key]]:
             task, rollout = row.get("_ng_task_index"), row.get("_ng_rollout_index")
             head = RolloutHead(task, rollout, "response" in row, row.get("_ng_failure_class"))
         else:
-            task_at, rollout_at, response_at, failure_at = found
+            task_at, rollout_at, response_at, failure_at, deliverables_at, references_at = found
             task, rollout = _value(raw, task_at), _value(raw, rollout_at)
-            head = RolloutHead(task, rollout, response_at is not None, _value(raw, failure_at))
+            body_at = 0
+            if response_at is not None and deliverables_at is None and references_at is None:
+                body_at = response_at.start << 32 | response_at.stop
+            head = RolloutHead(task, rollout, response_at is not None, _value(raw, failure_at), body_at)
         yield number, offset, raw, head, _checked_key(url, number, head.task, head.rollout)
 
 
@@ -307,7 +321,7 @@ def content_sha256(materialized: bytes, source: bytes) -> str:
 _SENT = (b"response", b"deliverables_dir", b"reference_ids")
 
 
-def sent_fields(line: bytes) -> dict[str, Any]:
+def sent_fields(line: bytes, response_at: int = 0) -> dict[str, Any]:
     """What a rollout line (one selection accepted) gives its ``/verify`` body (:func:`build_body`):
     its ``response`` as the line's own JSON text, an ``orjson.Fragment`` that ``orjson.dumps``
     writes as it is instead of the response being parsed and written again (on bodies of 2 to 25 KB,
@@ -316,7 +330,14 @@ def sent_fields(line: bytes) -> dict[str, Any]:
     (:func:`~gymflow._json_agreement.object_members`); any other line is parsed whole. The server
     reads the same values either way: only the response's spacing and escapes may differ from
     ``orjson.dumps``'s. A body holding the fragment is always written by
-    orjson: its other values come from ``orjson.loads``, and orjson writes whatever it reads."""
+    orjson: its other values come from ``orjson.loads``, and orjson writes whatever it reads.
+
+    With ``response_at`` (:attr:`RolloutHead.response_at`: selection read this line and found
+    that the body takes only its response, there) the line is not read again: the plan reads it
+    back from where selection read it (a file rewritten under a run is not supported; one whose
+    line changed length stops the run)."""
+    if response_at:
+        return {"response": orjson.Fragment(line[response_at >> 32 : response_at & 0xFFFFFFFF])}
     response, deliverables_dir, reference_ids = object_members(line, _SENT) or (None, None, None)
     if response is not None:
         fields: dict[str, Any] = {"response": orjson.Fragment(line[response])}

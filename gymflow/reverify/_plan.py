@@ -185,7 +185,7 @@ class ReverifyPlan:
             item = self.items[work.position]
         else:
             assert self.materialized is not None
-            body = build_body(orjson.loads(self.materialized[work.key]), sent_fields(line))
+            body = build_body(orjson.loads(self.materialized[work.key]), sent_fields(line, work.response_at))
             item = Item(work.task, work.rollout, body, "", "gym")
         return Routed(item, work.server, self.urls[work.server], work.reverify_key)
 

@@ -50,6 +50,8 @@ class Work:
     """Byte offset of the rollout (or sidecar) line; index into the items in ATIF mode."""
     length: int = 0
     """Bytes of that line, without its terminator (0 in ATIF mode)."""
+    response_at: int = 0
+    """Where that line holds the body's only field from it (:attr:`RolloutHead.response_at`)."""
 
     @property
     def key(self) -> Key:
@@ -169,6 +171,7 @@ def select_native(
                 reverify_key("gym", content_sha256(line, raw), hashes(server)),
                 offset,
                 len(raw),
+                head.response_at,
             )
         )
     return selection
