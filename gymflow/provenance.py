@@ -206,19 +206,18 @@ def cache_key_of_sorted(
     # the first '"inputs":[]' is the key's own.
     split = data.index(b'"inputs":[]') + len(b'"inputs":[')
     sha = hashlib.sha256(data[:split])
-    previous: list[str] | None = None
-    pending: list[bytes] = []  # hashed a thousand pairs at a time
-    for role, digest in inputs:
-        pair = [str(role), str(digest)]
-        if previous is not None and pair < previous:
-            raise ValueError(f"inputs out of order: {pair} after {previous}")
-        pending.append(orjson.dumps(pair))
-        previous = pair
-        if len(pending) == 1000:
-            sha.update(b",".join(pending))
-            pending = [b""]  # the comma before the next pair
-    if pending != [b""]:
-        sha.update(b",".join(pending))
+    pairs = iter(inputs)
+    previous: tuple[str, str] | None = None
+    separator = b""
+    # A thousand pairs at a time: checked in order and written as JSON arrays in one call each.
+    while chunk := [(str(role), str(digest)) for role, digest in itertools.islice(pairs, 1000)]:
+        if previous is not None and chunk[0] < previous:
+            raise ValueError(f"inputs out of order: {list(chunk[0])} after {list(previous)}")
+        for before, after in itertools.pairwise(chunk):
+            if after < before:
+                raise ValueError(f"inputs out of order: {list(after)} after {list(before)}")
+        sha.update(separator + orjson.dumps(chunk)[1:-1])
+        previous, separator = chunk[-1], b","
     sha.update(data[split:])
     return "sha256:" + sha.hexdigest()
 
