@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import operator
 import time
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Final
 
 from gymflow import kept, lineage, provenance
@@ -79,6 +81,12 @@ class BatchJob:
     keep_dir: str | None = None
     """Where a stored result keeps the batch's rows (:mod:`gymflow.kept`; None: in the result)."""
 
+    @cached_property
+    def cache_key(self) -> str:
+        """The batch's key in the result store (:func:`_batch_key`), computed once: the executor
+        asks for it before the batch runs, and the batch names its kept rows by it."""
+        return _batch_key(self)
+
 
 class FailedRows(GymflowError):
     """A batch in which some rows failed: its result is kept (the sidecar has the failures) but
@@ -95,7 +103,7 @@ def _verify(job: BatchJob) -> BatchResult:
     if result.failures:
         raise FailedRows(result, job.count)
     if job.keep_dir is not None and result.lines:
-        return with_kept_rows(result, job.keep_dir, _batch_key(job))
+        return with_kept_rows(result, job.keep_dir, job.cache_key)
     return result
 
 
@@ -139,7 +147,9 @@ def _finish(job: tuple[ReverifyPlan, Echo, RunContext]) -> ReverifyOutcome:
     return finish(*job)
 
 
-VERIFY_BATCH: Step[BatchJob, BatchResult] = Step("verify-batch", _verify, cache_key=_batch_key)
+VERIFY_BATCH: Step[BatchJob, BatchResult] = Step(
+    "verify-batch", _verify, cache_key=operator.attrgetter("cache_key")
+)
 FINISH: Step[tuple[ReverifyPlan, Echo, RunContext], ReverifyOutcome] = Step("finish", _finish, io=True)
 
 
