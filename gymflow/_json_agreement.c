@@ -51,13 +51,14 @@ static unsigned hex4(const unsigned char *p) {
     return value;
 }
 
-/* The end of the escape at p (p[0] == '\\'), or NULL when msgspec and orjson might differ on it. */
+/* The end of the escape at p (p[0] == '\\'), or NULL when msgspec and orjson might differ on it
+ * or both refuse it. */
 static const unsigned char *escape_end(const unsigned char *p, const unsigned char *end) {
     if (end - p < 2) {
         return NULL;
     }
     if (p[1] != 'u') {
-        return p + 2; /* both reject an unknown escape */
+        return p[1] != 0 && strchr("\"\\/bfnrt", p[1]) != NULL ? p + 2 : NULL; /* both refuse another */
     }
     if (end - p < 6 || !is_hex(p[2]) || !is_hex(p[3]) || !is_hex(p[4]) || !is_hex(p[5])) {
         return NULL;
@@ -255,38 +256,6 @@ static const unsigned char *skip_space(const unsigned char *p, const unsigned ch
     return p;
 }
 
-/* The end of the string whose opening quote is at p[-1], or NULL when orjson would refuse it or
- * might read it otherwise than msgspec_agrees allows: an unknown escape, besides string_end's. */
-static const unsigned char *strict_string_end(const unsigned char *p, const unsigned char *end) {
-    for (;;) {
-        p = skip_plain(p, end);
-        if (p >= end) {
-            return NULL;
-        }
-        unsigned char c = *p;
-        if (c == '"') {
-            return p + 1;
-        }
-        if (c == '\\') {
-            unsigned char escaped = end - p < 2 ? 0 : p[1];
-            if (escaped == 'u') {
-                p = escape_end(p, end);
-            } else if (escaped != 0 && strchr("\"\\/bfnrt", escaped) != NULL) {
-                p += 2;
-            } else {
-                return NULL;
-            }
-        } else if (c >= 0x80) {
-            p = utf8_end(p, end);
-        } else {
-            return NULL;
-        }
-        if (p == NULL) {
-            return NULL;
-        }
-    }
-}
-
 /* The end of the number at p, or NULL when it breaks JSON's grammar or number_end's ranges. */
 static const unsigned char *strict_number_end(const unsigned char *p, const unsigned char *end) {
     const unsigned char *start = p;
@@ -372,7 +341,7 @@ static int object_members_of(const unsigned char *text, const unsigned char *end
                     return 0;
                 }
                 const unsigned char *key = p + 1;
-                p = strict_string_end(key, end);
+                p = string_end(key, end);
                 if (p == NULL) {
                     return 0;
                 }
@@ -419,7 +388,7 @@ static int object_members_of(const unsigned char *text, const unsigned char *end
                 continue;
             }
             if (c == '"') {
-                p = strict_string_end(p + 1, end);
+                p = string_end(p + 1, end);
             } else if (c == '-' || (c >= '0' && c <= '9')) {
                 p = strict_number_end(p, end);
             } else if (c == 't') {

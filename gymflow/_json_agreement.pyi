@@ -9,7 +9,7 @@ def msgspec_agrees(text: bytes | bytearray | memoryview, wide_integers: bool = F
     integer beyond [-2**63, 2**64 - 1] (msgspec gives an int, orjson a float; allowed with
     ``wide_integers``, for a reader that keeps them exact as msgspec does, up to 200 digits),
     nesting deeper than
-    200 levels, a control character in a string."""
+    200 levels, a control character or an unknown escape in a string."""
 
 def object_members(
     text: bytes | bytearray | memoryview, names: tuple[bytes, ...], /

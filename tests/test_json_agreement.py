@@ -48,6 +48,8 @@ def _nested(depth: int) -> bytes:
         (b'{"b": "\xf4\x90\x80\x80"}', False),  # beyond U+10FFFF
         (b'{"b": "\xe2\x82"}', False),  # cut short
         (b'{"b": "x\x01"}', False),  # a control byte
+        (b'{"b": "\\x"}', False),  # an unknown escape (both refuse it)
+        (b'{"b": "\\/\\b\\f\\r\\t\\"\\\\"}', True),
         (b'{"a": 999999999999999999}', True),  # 18 digits
         (b'{"a": 9223372036854775807}', True),
         (b'{"a": -9223372036854775808}', True),  # the least int64: an int in both
@@ -200,7 +202,7 @@ def test_where_it_agrees_msgspec_and_orjson_agree() -> None:
             assert isinstance(value, dict)
             assert _same(typed.a, value.get("a")), text[:300]
     # Every side of the property is reached.
-    assert seen["agrees and readable"] > 2_000 and seen["agrees"] - seen["agrees and readable"] > 1_000, seen
+    assert seen["agrees and readable"] > 2_000 and seen["agrees"] - seen["agrees and readable"] > 500, seen
     assert seen["refused but readable"] > 500, seen
 
 
