@@ -329,8 +329,8 @@ def sent_fields(line: bytes, response_at: int = 0) -> dict[str, Any]:
     row has them. Found by one pass in C over a line it can vouch orjson reads the same
     (:func:`~gymflow._json_agreement.object_members`); any other line is parsed whole. The server
     reads the same values either way: only the response's spacing and escapes may differ from
-    ``orjson.dumps``'s. A body holding the fragment is always written by
-    orjson: its other values come from ``orjson.loads``, and orjson writes whatever it reads.
+    ``orjson.dumps``'s. A body holding the fragment is always written by orjson: its other values
+    come from ``orjson.loads``, and orjson writes whatever it reads.
 
     With ``response_at`` (:attr:`RolloutHead.response_at`: selection read this line and found
     that the body takes only its response, there) the line is not read again: the plan reads it
