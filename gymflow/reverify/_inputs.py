@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import weakref
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import orjson
@@ -227,13 +227,14 @@ class _Routes:
         self.by_text: dict[tuple[bytes, ...], RouteFields | None] = {}
         self.by_value: dict[bytes, RouteFields] = {}
 
-    def of_text(self, raw: bytes, found: tuple[slice | None, ...]) -> RouteFields | None:
-        """The route fields of the row ``raw`` whose :data:`_MATERIALIZED_HEAD` members are at
-        ``found``, or None when it has a ``task_input`` object."""
-        task_input = found[-1]
+    def of_text(
+        self, raw: bytes, route: Sequence[slice | None], task_input: slice | None
+    ) -> RouteFields | None:
+        """The route fields of the row ``raw`` whose :data:`ROUTE_FIELDS` are at ``route`` and
+        ``task_input`` member at ``task_input``, or None when that member is an object."""
         if task_input is not None and raw[task_input.start] == ord("{"):
             return None
-        texts = tuple(b"" if where is None else raw[where] for where in found[2:-1])
+        texts = tuple(b"" if where is None else raw[where] for where in route)
         if texts in self.by_text:
             return self.by_text[texts]
         fields = {name: orjson.loads(text) for name, text in zip(ROUTE_FIELDS, texts, strict=True) if text}
@@ -280,8 +281,9 @@ def read_materialized(url: str, warn: Warn) -> Materialized:
                 key = row_key(url, number, row)
                 fields = shared.of_row(row)
             else:
-                key = _checked_key(url, number, _value(raw, found[0]), _value(raw, found[1]))
-                fields = shared.of_text(raw, found)
+                task, rollout, *route, task_input = found
+                key = _checked_key(url, number, _value(raw, task), _value(raw, rollout))
+                fields = shared.of_text(raw, route, task_input)
             if key in spans:
                 repeated[key] = None
             if spool is not None:
