@@ -31,9 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, TextIO
 
-import httpx
+import orjson
 
-from gymflow import lifeline
+from gymflow import blocking_http, lifeline
 from gymflow.errors import GymflowError
 
 DEFAULT_PORT = 4200
@@ -123,17 +123,21 @@ def _identify(at_port: int, timeout: float = 1.0) -> Answer:
     API and the ``PREFECT_HOME`` its settings name."""
     base = f"http://127.0.0.1:{at_port}/api"
     try:
-        response = httpx.get(f"{base}/admin/settings", timeout=timeout, headers=_auth_headers())
-        if response.status_code == 200:
-            served = response.json().get("home")
+        # The standard library's client, not an httpx one: each httpx client loads a CA bundle
+        # (~0.1 s of every orchestrated command) that a plain-HTTP probe of loopback never uses.
+        response = blocking_http.request(
+            "GET", f"{base}/admin/settings", timeout_s=timeout, headers=_auth_headers()
+        )
+        if response.status == 200:
+            served = orjson.loads(response.body).get("home")
             if isinstance(served, str) and served:
                 return Answer("prefect", Path(served))
-        health = httpx.get(f"{base}/health", timeout=timeout)
-    except httpx.TimeoutException:
+        health = blocking_http.request("GET", f"{base}/health", timeout_s=timeout)
+    except blocking_http.TimeoutException:
         return Answer("other")  # it took the connection and said nothing
-    except (httpx.HTTPError, ValueError, AttributeError):
+    except (blocking_http.TransportError, ValueError, AttributeError):
         return Answer("nothing") if _port_free(at_port) else Answer("other")
-    return Answer("prefect") if health.status_code == 200 else Answer("other")
+    return Answer("prefect") if health.status == 200 else Answer("other")
 
 
 def _auth_headers() -> dict[str, str]:
