@@ -1,6 +1,6 @@
 """Blocking HTTP requests on the standard library's ``http.client``, for the few small exchanges
-outside the ``/verify`` stream: the launcher's "is a server up?" probe, the ReverifyMode guard and
-``POST /aggregate_metrics``.
+outside the ``/verify`` stream: the launcher's "is a server up?" probe, the ReverifyMode guard,
+``POST /aggregate_metrics`` and the probe of what answers on the local Prefect server's port.
 
 An httpx client cost every re-verification about 0.2 s of start-up (importing httpx and, at its
 first client, httpcore and whatever it imports) for three or four requests. Here each request
