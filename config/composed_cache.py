@@ -23,6 +23,8 @@ from typing import Any
 
 import orjson
 
+from gymflow.provenance import installed_version
+
 __all__ = ["cache_dir", "cached_compose"]
 
 _PACKAGE = Path(__file__).resolve().parent
@@ -39,7 +41,7 @@ def _key(name: str, choices: Sequence[str]) -> str:
     versions = [sys.version]
     for distribution in ("hydra-core", "omegaconf"):
         try:
-            versions.append(f"{distribution}=={importlib.metadata.version(distribution)}")
+            versions.append(f"{distribution}=={installed_version(distribution)}")
         except importlib.metadata.PackageNotFoundError:
             versions.append(f"{distribution}: not installed")
     digest.update(orjson.dumps({"name": name, "choices": list(choices), "versions": versions}))
