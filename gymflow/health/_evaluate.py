@@ -18,7 +18,7 @@ from gymflow.health._reading import RecordRead, read_record
 from gymflow.health._registry import ROLLOUT_CHECK_IDS, TRAJECTORY_CHECKS, TrajectoryCheck, finding
 from gymflow.health._vocabulary import CheckId, Finding, Identity
 
-_IDENTITY_FIELDS = ("_ng_task_index", "_ng_rollout_index", "stage_index")
+IDENTITY_FIELDS = ("_ng_task_index", "_ng_rollout_index", "stage_index")
 _TWO_POW_63 = 2**63
 
 
@@ -156,7 +156,7 @@ def read_identity(record: Mapping[str, Any]) -> tuple[dict[str, Identity | None]
     that are not indices (the row is then unreadable, spec §9 D1)."""
     identity: dict[str, Identity | None] = {}
     invalid: list[str] = []
-    for name in _IDENTITY_FIELDS:
+    for name in IDENTITY_FIELDS:
         if name not in record or (name == "stage_index" and record[name] is None):
             identity[name] = None
             continue

@@ -18,7 +18,8 @@ from typing import Any, BinaryIO, NamedTuple
 
 import orjson
 
-from gymflow.health._evaluate import RowResult, read_identity
+from gymflow._json_agreement import object_members
+from gymflow.health._evaluate import IDENTITY_FIELDS, RowResult, read_identity
 from gymflow.health._reading import is_blank, loads
 from gymflow.health._vocabulary import CheckId, Finding, Identity, Verdict, VerdictRow
 from gymflow.spill import dump_batches, pack_batches, packed, read_batches, unpack_batches
@@ -99,10 +100,7 @@ def row_key(line: bytes, line_number: int, ordinal: int, source_index: int = 0) 
     non-blank lines of the inputs before it. None for a blank line (no row)."""
     if is_blank(line):
         return None
-    try:
-        record = loads(line)
-    except orjson.JSONDecodeError:
-        record = None
+    record = _identity_members(line)
     identity, invalid = read_identity(record) if isinstance(record, dict) else ({}, ["record"])
     if invalid:  # an unreadable row: its synthetic task (RowResult.place)
         return (
@@ -117,6 +115,23 @@ def row_key(line: bytes, line_number: int, ordinal: int, source_index: int = 0) 
         _order(0 if rollout is None else rollout),
         _order(identity["stage_index"]),
     )
+
+
+_IDENTITY = tuple(name.encode() for name in IDENTITY_FIELDS)
+
+
+def _identity_members(line: bytes) -> Any:
+    """The line's identity members as ``loads(line)`` holds them (None for a line that is not
+    JSON): read from their slices when one strict pass in C vouches for the line
+    (``object_members``), so a long rollout is not parsed whole for three small values."""
+    found = object_members(line, _IDENTITY)
+    if found is None:
+        try:
+            return loads(line)
+        except orjson.JSONDecodeError:
+            return None
+    pairs = zip(IDENTITY_FIELDS, found, strict=True)
+    return {name: orjson.loads(line[at]) for name, at in pairs if at is not None}
 
 
 def verdict_key(row: Mapping[str, Any]) -> SortKey:

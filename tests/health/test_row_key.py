@@ -4,6 +4,7 @@ rows to their verdicts by)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 from pathlib import Path
@@ -62,3 +63,28 @@ def test_the_report_is_the_rows_keys_in_stable_order(source: str, tmp_path: Path
 def test_blank_lines_have_no_key() -> None:
     assert row_key(b"\n", 1, 0) is None and row_key(b" \t\r\n", 1, 0) is None
     assert row_key(b'{"_ng_task_index": 5}\n', 1, 0) == ((0, 5), (0, 0), (1, "None"))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_key_read_from_the_identity_members_is_the_whole_lines(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Read from the identity members' slices (when the C pass vouches for the line), a key is the
+    one the whole parsed line gives, on damaged and intact lines, odd identities included."""
+    from gymflow._json_agreement import object_members
+    from gymflow.health import _runs
+    from tests import fuzz_lines
+
+    odd = [text.encode() for text in _ODD_IDENTITIES]
+    retyped = [
+        b'{"_ng_task_index": %b, "_ng_rollout_index": %b, "stage_index": %b, "x": 1}' % (task, rollout, task)
+        for task, rollout in itertools.product(fuzz_lines.ODD_VALUES, repeat=2)
+    ]
+    lines = [*fuzz_lines.lines(2500, seed), *odd, *retyped]
+    fast = [row_key(raw, number, number) for number, raw in enumerate(lines, start=1)]
+    with monkeypatch.context() as exact:
+        exact.setattr(_runs, "object_members", lambda text, names: None)
+        whole = [row_key(raw, number, number) for number, raw in enumerate(lines, start=1)]
+    assert fast == whole
+    vouched = sum(object_members(raw, _runs._IDENTITY) is not None for raw in lines)
+    assert vouched > 300  # the fast way is taken for a good share of them
