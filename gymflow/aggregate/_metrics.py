@@ -166,11 +166,15 @@ class TaskEntries(Sequence[dict[str, Any]]):
     group's objects (a ``rollout_infos`` entry per row) are never all held. Equal to the list
     of the same objects."""
 
-    def __init__(self, scored: Iterable[RowFacts], fields: list[str], integral: set[str], tasks: int) -> None:
+    def __init__(
+        self, scored: Iterable[RowFacts], fields: list[str], integral: set[str], tasks: int, rollouts: int
+    ) -> None:
         self._scored = scored
         self._fields = fields
         self._integral = integral
         self._tasks = tasks
+        self.rollouts = rollouts
+        """The scored rows: the objects' ``num_rollouts`` summed, known without making them."""
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         return _task_entries(self._scored, self._fields, self._integral)
@@ -261,7 +265,7 @@ def group_metrics(
         column_statistics(gathered) if gathered.rows >= 8 else set_statistics(list(scored), fields, integral)
     )
     result.repeat_level_metrics = _repeat_level(gathered, warnings)
-    tasks = gathered.tasks
+    tasks, scored_rows = gathered.tasks, gathered.rows
     del gathered  # its columns: the group's numbers
     agent.update(across_repeats(result.repeat_level_metrics, warnings))
     agent.update(coverage)
@@ -270,6 +274,6 @@ def group_metrics(
     agent["num_repeats"] = len(rollouts)
     result.agent_metrics = agent
     result.key_metrics = key_metrics(agent, coverage)
-    result.group_level_metrics = TaskEntries(scored, fields, integral, tasks)
+    result.group_level_metrics = TaskEntries(scored, fields, integral, tasks, scored_rows)
     result.warnings = list(dict.fromkeys(warnings))
     return result

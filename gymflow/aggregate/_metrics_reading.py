@@ -25,6 +25,7 @@ from typing import Any, BinaryIO
 import orjson
 
 from gymflow import storage
+from gymflow.aggregate._metrics import TaskEntries
 from gymflow.errors import InputError
 
 __all__ = ["GROUP_ROWS", "MetricsFile", "covered", "read_metrics_file", "rollouts_covered"]
@@ -141,6 +142,8 @@ def _groups(entry: dict[str, Any]) -> list[Any] | None:
 def rollouts_covered(entry: Mapping[str, Any]) -> int:
     """The scored rollouts behind an entry's statistics: its groups' ``num_rollouts``, summed."""
     groups = entry.get("group_level_metrics") or []
+    if isinstance(groups, TaskEntries):  # made on demand: counted without making every task's object
+        return groups.rollouts
     return sum(int(group.get("num_rollouts", 0)) for group in groups if isinstance(group, Mapping))
 
 

@@ -662,3 +662,26 @@ def test_runs_of_one_layout_equal_the_row_set_statistics_and_repeats(
     for entry in m.repeat_level_metrics:
         same = [f for f in facts_ if f.rollout == entry["_ng_rollout_index"]]
         assert {k: v for k, v in entry.items() if "/" in k} == _repeat_columns(same)
+
+
+@pytest.mark.parametrize(
+    "rows",
+    [
+        W1,
+        [row(0, 0, 1.0), row(0, 1, 0.0, mask_sample=True), row(1, 0, 0.0, mask_sample=True)],
+        [*W1, row(2, 0, 0.0, mask_sample=True), row(3, 0, 1.0), row(3, 1, 0.5), row(3, 2, 0.25)],
+        [
+            row(task, rollout, (task * rollout) % 3 / 2)
+            for task in range(9)
+            for rollout in range(task % 4 + 1)
+        ],
+    ],
+)
+def test_the_rollouts_task_entries_cover_are_counted_without_making_them(rows) -> None:  # type: ignore[no-untyped-def]
+    from gymflow.aggregate._metrics import TaskEntries
+    from gymflow.aggregate._metrics_reading import rollouts_covered
+
+    entry = {"group_level_metrics": metrics(rows).group_level_metrics}
+    assert isinstance(entry["group_level_metrics"], TaskEntries)
+    made = {"group_level_metrics": list(entry["group_level_metrics"])}
+    assert rollouts_covered(entry) == rollouts_covered(made) == sum(not r.get("mask_sample") for r in rows)
