@@ -4,10 +4,11 @@
 only the rows whose verdict in ``rollout_verdicts.jsonl`` is ``healthy`` (no finding, no check
 left unobserved): ``<metrics stem>.healthy.json``, e.g. ``rollouts_aggregate_metrics.healthy.json``.
 This module sits above :mod:`gymflow.aggregate` and :mod:`gymflow.health` and composes their
-steps; it computes nothing itself. The healthy rows are streamed into a local scratch file,
-which is then read exactly as ``eval aggregate`` reads a shard (the same scan, reduce and
-server-metrics steps, the same metrics bytes), so the file equals ``eval aggregate``'s metrics
-of a shard holding only those rows.
+steps; it computes nothing itself. The healthy rows are streamed into local scratch files, in
+order, one per part of the rollouts' bytes, which are read exactly as ``eval aggregate`` reads
+shards (each in a worker process where the executor has them), then reduced as one shard of
+consecutive pieces (the same scan, reduce and server-metrics steps, the same metrics bytes), so
+the file equals ``eval aggregate``'s metrics of a shard holding only those rows.
 
 Rows and verdicts are matched by the key the health check sorts its report by (task, rollout,
 stage): among rows sharing a key, the n-th row of the rollouts is the n-th verdict of that key
@@ -21,7 +22,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, NoReturn
+from typing import Any, BinaryIO, NoReturn
 
 import orjson
 
@@ -29,6 +30,7 @@ from gymflow import lineage, provenance, scratch, storage
 from gymflow.aggregate import (
     AggregateOptions,
     Reduction,
+    ShardPart,
     apply_server_metrics,
     covered,
     merge_and_reduce,
@@ -39,6 +41,7 @@ from gymflow.aggregate import (
 from gymflow.errors import InputError
 from gymflow.executor import Executor, LocalExecutor, Step
 from gymflow.health import SortKey, row_key, verdict_key
+from gymflow.parallel import default_workers
 from gymflow.run_context import RunContext
 from gymflow.spill import sorted_spilled
 
@@ -193,37 +196,72 @@ def _refuse(verdicts: Iterator[tuple[SortKey, bool]], problem: str) -> NoReturn:
     raise InputError(f"{problem}; health-check these rollouts again")
 
 
-def _healthy_lines(options: HealthyOptions, counts: _Counts, directory: str) -> Iterator[bytes]:
-    """The lines of the rollouts whose verdict is healthy, in order, counting rows and healthy
-    rows into ``counts``."""
+def _healthy_lines(options: HealthyOptions, counts: _Counts, directory: str) -> Iterator[tuple[int, bytes]]:
+    """``(offset, line)`` of each line of the rollouts whose verdict is healthy, in order,
+    counting rows and healthy rows into ``counts``."""
     flags = _healthy_line_numbers(options, counts, directory)
     line_number = 0
-    for _, line in storage.iter_lines(options.rollouts):
+    for offset, line in storage.iter_lines(options.rollouts):
         line_number += 1
         if line_number < len(flags) and flags[line_number]:
-            yield line if line.endswith(b"\n") else line + b"\n"
+            yield offset, line if line.endswith(b"\n") else line + b"\n"
+
+
+PIECE_MIN_BYTES = 32 * 2**20
+"""Rollouts bytes per piece at least: a piece scanned in a worker process of its own pays for
+handing its rows' facts back."""
 
 
 @dataclass(frozen=True)
-class _Scored:
-    reduction: Reduction
+class _Picked:
+    pieces: tuple[str, ...]
+    """Scratch files holding the healthy lines, in order: consecutive runs of them, one per part
+    of the rollouts' bytes (at least one file, maybe empty)."""
     rows: int
     healthy: int
 
 
-def _score(options: HealthyOptions) -> _Scored:
-    """Stream the healthy rows into a scratch file and score it as ``eval aggregate`` scores a
-    shard."""
-    scoring = options.scoring
+def _pick(job: tuple[HealthyOptions, str, int]) -> _Picked:
+    """Write the healthy lines into up to ``count`` pieces in ``directory``."""
+    options, directory, count = job
     counts = _Counts()
-    with scratch.temporary_dir("healthy") as directory:
-        shard = os.path.join(directory, "healthy.jsonl")
-        with open(shard, "wb", buffering=2**20) as handle:
-            handle.writelines(_healthy_lines(options, counts, directory))
-        # the rows go to sorted runs in the scratch directory, as a --direct aggregate spills them
-        reduction, _ = merge_and_reduce([scan_part(shard, 0, scoring, None, directory)], scoring)
-        apply_server_metrics(reduction, scoring, [shard])
-    return _Scored(reduction, counts.rows, counts.healthy)
+    size = storage.size(options.rollouts)
+    pieces: list[str] = []
+    handle: BinaryIO | None = None
+    current = -1
+    try:
+        for offset, line in _healthy_lines(options, counts, directory):
+            part = offset * count // size  # a line starts before the end: part < count
+            if handle is None or part > current:
+                if handle is not None:
+                    handle.close()
+                pieces.append(os.path.join(directory, f"healthy-{len(pieces):03d}.jsonl"))
+                handle = open(pieces[-1], "wb", buffering=2**20)  # noqa: SIM115 - closed below
+                current = part
+            handle.write(line)
+    finally:
+        if handle is not None:
+            handle.close()
+    if not pieces:  # no healthy row: one empty shard, scored as eval aggregate scores one
+        pieces.append(os.path.join(directory, "healthy-000.jsonl"))
+        open(pieces[0], "wb").close()
+    return _Picked(tuple(pieces), counts.rows, counts.healthy)
+
+
+def _scan_piece(job: tuple[str, int, AggregateOptions, str]) -> ShardPart:
+    """One piece, read as ``eval aggregate`` reads a shard; its rows go to sorted runs in the
+    scratch directory."""
+    piece, index, scoring, directory = job
+    return scan_part(piece, index, scoring, None, directory)
+
+
+def _score(job: tuple[Sequence[ShardPart], Sequence[str], AggregateOptions]) -> Reduction:
+    """The pieces' metrics: one shard's, as the pieces are its consecutive runs of rows (every
+    rule of the reduce orders rows by piece, then line)."""
+    parts, pieces, scoring = job
+    reduction, _ = merge_and_reduce(parts, scoring)
+    apply_server_metrics(reduction, scoring, pieces)
+    return reduction
 
 
 _WriteJob = tuple[HealthyOptions, Reduction, Digests, RunContext, str]
@@ -249,8 +287,15 @@ def _write(job: _WriteJob) -> None:
 
 
 HASH_INPUTS: Step[HealthyOptions, Digests] = Step("hash-inputs", _inputs, io=True)
-SCORE_HEALTHY: Step[HealthyOptions, _Scored] = Step("score-healthy-rollouts", _score, io=True)
+PICK_HEALTHY: Step[tuple[HealthyOptions, str, int], _Picked] = Step("pick-healthy-rollouts", _pick, io=True)
 """Reads storage (the rollouts and verdicts); a transient failure is retried."""
+SCAN_PIECE: Step[tuple[str, int, AggregateOptions, str], ShardPart] = Step(
+    "scan-healthy-piece", _scan_piece, cpu=True, tracked=False
+)
+SCORE_HEALTHY: Step[tuple[Sequence[ShardPart], Sequence[str], AggregateOptions], Reduction] = Step(
+    "score-healthy-rollouts", _score, io=True
+)
+"""With server metrics, asks the resources servers: a transient failure is retried."""
 WRITE_HEALTHY: Step[_WriteJob, None] = Step("write-healthy-metrics", _write, io=True)
 
 
@@ -261,13 +306,22 @@ def run_healthy_metrics(
     (nothing when the record shows the same inputs and settings and the file is intact)."""
     ctx = ctx or RunContext()
     with lineage.run(COMMAND, ctx), ctx.active(), ctx.lock(options.output, COMMAND):
+        pieces = _pieces(options)
         if executor is not None:
-            return _run(options, ctx, executor)
-        with LocalExecutor(ctx, 1, "scoring healthy rollouts") as local:
-            return _run(options, ctx, local)
+            return _run(options, ctx, executor, pieces)
+        with LocalExecutor(ctx, pieces, "scoring healthy rollouts") as local:
+            return _run(options, ctx, local, pieces)
 
 
-def _run(options: HealthyOptions, ctx: RunContext, executor: Executor) -> HealthyOutcome:
+def _pieces(options: HealthyOptions) -> int:
+    """Pieces the healthy rows are scanned in, each in a worker process where the executor has
+    them: one per worker (``--workers``, else one per CPU up to 8), each from at least
+    :data:`PIECE_MIN_BYTES` of the rollouts."""
+    workers = options.aggregate.workers or default_workers()
+    return max(1, min(workers, storage.size(options.rollouts) // PIECE_MIN_BYTES))
+
+
+def _run(options: HealthyOptions, ctx: RunContext, executor: Executor, pieces: int) -> HealthyOutcome:
     started_at = provenance.timestamp()
     outcome = HealthyOutcome(options.output, options.record_path, False)
     located = replace(
@@ -280,11 +334,16 @@ def _run(options: HealthyOptions, ctx: RunContext, executor: Executor) -> Health
         if found is not None:
             outcome.entries, outcome.rollouts = found.entries, found.rollouts
         return outcome
-    scored = executor.call(SCORE_HEALTHY, located)
+    with scratch.temporary_dir("healthy") as directory:
+        picked = executor.call(PICK_HEALTHY, (located, directory, pieces))
+        scoring = options.scoring
+        jobs = [(piece, index, scoring, directory) for index, piece in enumerate(picked.pieces)]
+        parts = executor.map(SCAN_PIECE, jobs)
+        reduction = executor.call(SCORE_HEALTHY, (parts, picked.pieces, scoring))
     write = WRITE_HEALTHY.writing([options.output, options.record_path], [digest.uri for _, digest in inputs])
-    executor.call(write, (options, scored.reduction, inputs, ctx, started_at))
-    outcome.entries = scored.reduction.entries
-    outcome.rows, outcome.healthy = scored.rows, scored.healthy
+    executor.call(write, (options, reduction, inputs, ctx, started_at))
+    outcome.entries = reduction.entries
+    outcome.rows, outcome.healthy = picked.rows, picked.healthy
     return outcome
 
 

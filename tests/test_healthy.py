@@ -5,11 +5,14 @@ the healthy rows, and verdicts of other rows are refused."""
 from __future__ import annotations
 
 import json
+import random
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from gymflow import healthy as healthy_module
 from gymflow import spill
 from gymflow.aggregate import AggregateOptions, run_aggregate
 from gymflow.errors import InputError
@@ -122,3 +125,56 @@ def test_verdicts_out_of_report_order_are_refused(tmp_path: Path) -> None:
     verdicts.write_text("".join(reversed(verdicts.read_text().splitlines(keepends=True))))
     with pytest.raises(InputError, match=r"line 2: not in report order"):
         run_healthy_metrics(_options(rollouts, verdicts))
+
+
+def test_healthy_rows_scanned_in_pieces_score_as_one_shard(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 90 rows of three agents, about a third of them hollow (unhealthy), rewards whose float sums
+    # depend on their order: scanned in three pieces on worker processes, the metrics are the
+    # bytes of one shard holding only the healthy rows, and those of a scan in one piece.
+    rng = random.Random(7)
+    plan = [(task, agent, rng.random() < 0.33) for task in range(30) for agent in ("a", "b", "c")]
+    rng.shuffle(plan)
+    rows = [
+        _row(task, agent, rng.random() * 10 ** rng.randint(-3, 3), hollow) for task, agent, hollow in plan
+    ]
+    rollouts = _write(tmp_path / "run" / "rollouts.jsonl", rows)
+    health = run_health(HealthOptions((str(rollouts),), ignored_checks=("rollout_duplicate_identity",)))
+    healthy = sum(not hollow for _, _, hollow in plan)
+    assert health.summary["run"]["verdicts"]["healthy"] == healthy
+
+    def scored(workers: int) -> bytes:
+        options = _options(rollouts, Path(health.verdicts_url))
+        options = replace(options, use_cache=False, aggregate=replace(options.aggregate, workers=workers))
+        assert healthy_module._pieces(options) == workers
+        outcome = run_healthy_metrics(options)
+        assert (outcome.rows, outcome.healthy) == (90, healthy)
+        return Path(outcome.output).read_bytes()
+
+    monkeypatch.setattr(healthy_module, "PIECE_MIN_BYTES", 1)
+    in_pieces, whole = scored(3), scored(1)
+    assert in_pieces == whole
+
+    lines = rollouts.read_text().splitlines(keepends=True)
+    only = tmp_path / "only" / "rows.jsonl"
+    only.parent.mkdir()
+    only.write_text("".join(line for line, (_, _, hollow) in zip(lines, plan, strict=True) if not hollow))
+    run_aggregate(
+        AggregateOptions(input_glob=str(only), output=str(only.with_name("out.jsonl")), health_check=False)
+    )
+    assert in_pieces == (tmp_path / "only" / "out_aggregate_metrics.json").read_bytes()
+
+
+def test_pieces_hold_the_healthy_lines_in_order(tmp_path: Path) -> None:
+    rows = [_row(task, "a", 0.5, hollow=task % 4 == 0) for task in range(40)]
+    rollouts = _write(tmp_path / "run" / "rollouts.jsonl", rows)
+    health = run_health(HealthOptions((str(rollouts),)))
+    lines = rollouts.read_text().splitlines(keepends=True)
+    expected = "".join(line for task, line in enumerate(lines) if task % 4)
+    options = _options(rollouts, Path(health.verdicts_url))
+    for count in (1, 2, 3, 7):
+        picked = healthy_module._pick((options, str(tmp_path), count))
+        assert len(picked.pieces) == count
+        assert "".join(Path(piece).read_text() for piece in picked.pieces) == expected
+        assert (picked.rows, picked.healthy) == (40, 30)
