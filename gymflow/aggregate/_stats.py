@@ -10,6 +10,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from gymflow._sums import small_statistics
 from gymflow.aggregate._numbers import (
     mean,
     median,
@@ -62,7 +63,17 @@ def _keys(name: str) -> tuple[str, str, str, str, str]:
 def _small_stats(
     values: Sequence[Number], integral: bool
 ) -> tuple[float, Number, Number, float, float | None]:
-    """mean, max, min, median, std (None below 2 values) of fewer than 8 values.
+    """mean, max, min, median, std (None below 2 values) of fewer than 8 values: in C
+    (:func:`gymflow._sums.small_statistics`), or by :func:`_small_stats_here` for the values it
+    leaves (a NaN, an integer beyond 2**53), with the same result."""
+    found = small_statistics(values, integral)
+    return _small_stats_here(values, integral) if found is None else found
+
+
+def _small_stats_here(
+    values: Sequence[Number], integral: bool
+) -> tuple[float, Number, Number, float, float | None]:
+    """:func:`_small_stats` in Python.
 
     Below 8 values numpy's pairwise sum is a left-to-right loop, and the zeros a pandas column
     holds for rows without the field change nothing in it: summing the present values is exact.
