@@ -11,8 +11,8 @@ cost a few seconds to index once and milliseconds per page.
 from __future__ import annotations
 
 import itertools
-from collections import defaultdict, deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections import Counter, defaultdict, deque
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -193,18 +193,31 @@ class RolloutIndex:
 
 
 def _record_spans(
-    sources: Sequence[str], wanted: frozenset[_Key] | None = None
+    sources: Sequence[str], wanted: Mapping[_Key, int] | None = None
 ) -> dict[_Key, deque[tuple[int, int, int, Any]]]:
-    """Every record of ``sources`` by identity (those of ``wanted`` only, when given), in file
-    order: (file, start, end, reward)."""
+    """Every record of ``sources`` by identity, in file order: (file, start, end, reward). With
+    ``wanted``, only the first records of each identity it counts, as many as it counts (those
+    the index pairs with its rows), and the reading stops once they are all found."""
     spans: dict[_Key, deque[tuple[int, int, int, Any]]] = defaultdict(deque)
+    missing = None if wanted is None else dict(wanted)
+    left = 0 if wanted is None else sum(wanted.values())
     for number, url in enumerate(sources):
         for offset, line in storage.iter_lines(url):
             if not line.strip():
                 continue
             found = _identity(line)
-            if found is not None and (wanted is None or found[0] in wanted):
-                spans[found[0]].append((number, offset, offset + len(line), found[1]))
+            if found is None:
+                continue
+            key = found[0]
+            if missing is not None:
+                need = missing.get(key, 0)
+                if not need:
+                    continue
+                missing[key] = need - 1
+                left -= 1
+            spans[key].append((number, offset, offset + len(line), found[1]))
+            if missing is not None and not left:
+                return spans
     return spans
 
 
@@ -256,7 +269,7 @@ def build_index(
         every = _verdict_lines(verdicts_url)
         held = list(itertools.islice(every, limit))
         index.total = len(held) + sum(1 for _ in every)
-        lines, spans = held, _record_spans(sources, frozenset(_identity_of(line) for _, line in held))
+        lines, spans = held, _record_spans(sources, Counter(_identity_of(line) for _, line in held))
     after = _reverified_rewards(reverified_url)
     by_verdict: dict[str, list[int]] = defaultdict(list)
     by_check: dict[str, list[int]] = defaultdict(list)

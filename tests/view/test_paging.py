@@ -6,11 +6,12 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from bench.view import CHECKS, REPEATS, write_synthetic_run
-from gymflow.view import PAGE_SIZE, Filters, RunReports, load_run, server_page
+from gymflow.view import PAGE_SIZE, Filters, RunReports, _index, load_run, server_page
 
 ROWS = 2_500
 
@@ -133,11 +134,43 @@ def test_duplicate_identities_pair_with_their_records_in_file_order(tmp_path: Pa
     assert index.row(3).task == str(huge) and index.record(4) is None
     assert index.by_check["rollout_duplicate_identity"] == [1, 2]
     # report.html holds the first rows only: the same rows, paired the same way, and the count of all
-    for held in (1, 2, 3):
+    for held in (1, 2, 3, 4, 5):
         first = load_run(str(run), held=held).index
         assert first is not None and (len(first), first.total) == (held, 5)
         assert [first.row(n) for n in range(held)] == [index.row(n) for n in range(held)]
         assert [first.record(n) for n in range(held)] == [index.record(n) for n in range(held)]
+
+
+def test_held_rows_read_the_rollouts_only_up_to_their_last_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """report.html's rows: once each held row has its record (the k-th of its identity for the
+    k-th verdict), the rest of the rollouts is not read."""
+    run = tmp_path / "run"
+    run.mkdir()
+    tasks = [2, 0, 1, 0, 0, 3, 4, 5]
+    (run / "rollouts.jsonl").write_text(
+        "".join(
+            json.dumps({"_ng_task_index": t, "_ng_rollout_index": 0, "reward": n}) + "\n"
+            for n, t in enumerate(tasks)
+        )
+    )
+    verdicts = [{"_ng_task_index": t, "_ng_rollout_index": 0, "verdict": "healthy"} for t in sorted(tasks)]
+    (run / "rollout_verdicts.jsonl").write_text("".join(json.dumps(v) + "\n" for v in verdicts))
+    read: list[bytes] = []
+    identity = _index._identity
+
+    def counted(line: bytes) -> Any:
+        read.append(line)
+        return identity(line)
+
+    monkeypatch.setattr(_index, "_identity", counted)
+    expected = [1, 3, 4, 2, 0, 5, 6, 7]  # each verdict's record, by its reward
+    for held, lines in ((1, 2), (2, 4), (3, 5), (4, 5), (5, 5), (6, 6), (8, 8)):
+        read.clear()
+        first = load_run(str(run), held=held).index
+        assert first is not None and [first.row(n).reward for n in range(held)] == expected[:held]
+        assert len(read) == lines
 
 
 def test_a_reverified_run_is_indexed_whole_even_when_rows_are_held(reports: RunReports) -> None:
