@@ -201,6 +201,8 @@ def _record_spans(
     spans: dict[_Key, deque[tuple[int, int, int, Any]]] = defaultdict(deque)
     missing = None if wanted is None else dict(wanted)
     left = 0 if wanted is None else sum(wanted.values())
+    if missing is not None and not left:
+        return spans
     for number, url in enumerate(sources):
         for offset, line in storage.iter_lines(url):
             if not line.strip():

@@ -166,7 +166,7 @@ def test_held_rows_read_the_rollouts_only_up_to_their_last_record(
 
     monkeypatch.setattr(_index, "_identity", counted)
     expected = [1, 3, 4, 2, 0, 5, 6, 7]  # each verdict's record, by its reward
-    for held, lines in ((1, 2), (2, 4), (3, 5), (4, 5), (5, 5), (6, 6), (8, 8)):
+    for held, lines in ((0, 0), (1, 2), (2, 4), (3, 5), (4, 5), (5, 5), (6, 6), (8, 8)):
         read.clear()
         first = load_run(str(run), held=held).index
         assert first is not None and [first.row(n).reward for n in range(held)] == expected[:held]
