@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from gymflow import healthy as healthy_module
 from gymflow.cli import main
 from tests.asset_events import asset_events
 from tests.pipeline.test_post import EXAMPLE, _artifacts, _flow_run_id, _post
@@ -59,8 +60,15 @@ def run_dir(tmp_path: Path) -> Path:
 
 @pytest.mark.parametrize("mode", [["--direct"], []], ids=["direct", "prefect"])
 def test_post_writes_the_metrics_of_the_healthy_rollouts(
-    mode: list[str], run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    mode: list[str],
+    run_dir: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # the healthy rows in two pieces, read on the command's worker processes (a large run's way)
+    monkeypatch.setattr(healthy_module, "PIECE_MIN_BYTES", 1)
+    monkeypatch.setattr(healthy_module, "default_workers", lambda: 2)
     out = _post([str(run_dir), *mode], capsys)
     assert _step(out, "healthy-metrics") == "ran"
     written = run_dir / HEALTHY
