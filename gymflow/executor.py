@@ -16,13 +16,14 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Generic, Protocol, TypeVar
 
-from gymflow import parallel
+from gymflow import parallel, threads
 from gymflow.run_context import RunContext
 
-__all__ = ["Done", "Executor", "LocalExecutor", "Step", "in_context", "in_order"]
+__all__ = ["Done", "Executor", "LocalExecutor", "Pending", "Ready", "Step", "in_context", "in_order"]
 
 T = TypeVar("T")
 R = TypeVar("R")
+R_co = TypeVar("R_co", covariant=True)
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,24 @@ Done = Callable[[T, R], None]
 """Called in the runner's thread, in item order, as each item's result arrives."""
 
 
+class Pending(Protocol[R_co]):
+    """A step begun by :meth:`Executor.start`."""
+
+    def result(self) -> R_co:
+        """Its result, once it has finished (its error raised here)."""
+        ...
+
+
+@dataclass(frozen=True)
+class Ready(Generic[R]):
+    """A step :meth:`Executor.start` ran to its end before returning."""
+
+    value: R
+
+    def result(self) -> R:
+        return self.value
+
+
 class Executor(Protocol):
     """Where a runner's steps run."""
 
@@ -93,6 +112,13 @@ class Executor(Protocol):
 
     def call(self, step: Step[T, R], item: T) -> R:
         """``step.function(item)``."""
+        ...
+
+    def start(self, step: Step[T, R], item: T) -> Pending[R]:
+        """Begin ``step.function(item)`` in a worker process, while this thread goes on, when the
+        step is CPU-bound and the executor has worker processes here; otherwise run it to its end
+        now (two CPU-bound steps on threads of one process take longer than one after the other).
+        Its ``result()`` must be asked for, also when what this thread did meanwhile failed."""
         ...
 
     def rest(self) -> None:
@@ -149,6 +175,18 @@ class LocalExecutor:
 
     def call(self, step: Step[T, R], item: T) -> R:
         return in_context(self._ctx, step.function, item)
+
+    def start(self, step: Step[T, R], item: T) -> Pending[R]:
+        run: Callable[[T], R] = partial(in_context, self._ctx, step.function)
+        if not (step.cpu and self._pool.processes):
+            return Ready(run(item))
+        # A thread waits for the worker (the pool's call falls back to running it here if the
+        # pool breaks); shut down at once, it ends with its one call.
+        waiter = threads.executor(1, f"gymflow-{step.name}")
+        try:
+            return waiter.submit(self._pool.call, run, item)
+        finally:
+            waiter.shutdown(wait=False)
 
     def rest(self) -> None:
         self._pool.stop()

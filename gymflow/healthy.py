@@ -33,8 +33,8 @@ from gymflow.aggregate import (
     ShardPart,
     apply_server_metrics,
     covered,
-    merge_and_reduce,
     read_metrics_file,
+    reduce_parts,
     scan_part,
     write_metrics,
 )
@@ -259,7 +259,7 @@ def _score(job: tuple[Sequence[ShardPart], Sequence[str], AggregateOptions]) -> 
     """The pieces' metrics: one shard's, as the pieces are its consecutive runs of rows (every
     rule of the reduce orders rows by piece, then line)."""
     parts, pieces, scoring = job
-    reduction, _ = merge_and_reduce(parts, scoring)
+    reduction = reduce_parts(parts, scoring)
     apply_server_metrics(reduction, scoring, pieces)
     return reduction
 

@@ -140,6 +140,11 @@ class Workers:
         self._serial = workers <= 1
         self._starting = threading.RLock()  # also held while falling back
 
+    @property
+    def processes(self) -> bool:
+        """Whether work given to :meth:`call` runs in a worker process (not here)."""
+        return not self._serial
+
     def __enter__(self) -> Workers:
         if can_fork():
             self._started()  # forked now, while no thread runs: see the module docstring

@@ -34,7 +34,7 @@ from prefect.utilities.annotations import quote
 
 from gymflow import parallel, storage
 from gymflow.errors import InputError, StorageError, StorageTimeout, UsageError
-from gymflow.executor import Done, Step, in_context, in_order
+from gymflow.executor import Done, Pending, Ready, Step, in_context, in_order
 from gymflow.run_context import RunContext
 
 T = TypeVar("T")
@@ -193,6 +193,12 @@ class PrefectExecutor:
         run: Callable[..., R] = self._task(step, submitted=False)
         result: R = run(quote(item))
         return result
+
+    def start(self, step: Step[T, R], item: T) -> Pending[R]:
+        if not (step.cpu and self._pool is not None and self._pool.processes):
+            return Ready(self.call(step, item))
+        # A task run of its own on the task runner's thread, whose body waits for the worker.
+        return self._task(step, submitted=True).submit(quote(item))
 
     def rest(self) -> None:
         """Kept running: the flow's next steps map on the same pool (starting it again would cost

@@ -26,14 +26,17 @@ from gymflow.aggregate._run import (
     apply_server_metrics,
     is_up_to_date,
     loaded_line,
-    merge_and_reduce,
+    merge_job,
     prehash,
     read_cached,
+    reduce_parts,
     report_run,
     scan_part,
     up_to_date_line,
+    write_merged_file,
     write_outputs,
 )
+from gymflow.aggregate._scan import ShardScan
 from gymflow.aggregate._select import select_shards
 from gymflow.executor import Executor, LocalExecutor, Step
 from gymflow.kept import kept_files
@@ -50,7 +53,6 @@ one process against two readers: 26 MB 1.05 s against 1.30 s; 166-170 MB 1.3-2.1
 1.5-1.9 s (even); 263 MB 4.5 s against 4.1 s; 670 MB 5.2 s against 4.1 s."""
 
 Digests = tuple[tuple[str, FileDigest], ...]
-Merged = tuple[Reduction, FileDigest | None]
 
 
 @dataclass(frozen=True)
@@ -102,8 +104,8 @@ def _prehash(job: tuple[Sequence[str], AggregateOptions]) -> Digests:
     return tuple(prehash(*job))
 
 
-def _merge_and_reduce(job: tuple[Sequence[ShardPart], AggregateOptions]) -> Merged:
-    return merge_and_reduce(*job)
+def _reduce(job: tuple[Sequence[ShardPart], AggregateOptions]) -> Reduction:
+    return reduce_parts(*job)
 
 
 def _server_metrics(job: tuple[Reduction, AggregateOptions, Sequence[str]]) -> Reduction:
@@ -122,9 +124,11 @@ def _write(job: _WriteJob) -> None:
 
 PREHASH: Step[tuple[Sequence[str], AggregateOptions], Digests] = Step("prehash", _prehash, io=True)
 SCAN_SHARD: Step[ShardWork, ShardPart] = Step("scan-shard", _scan, io=True, cpu=True, cache_key=_shard_key)
-MERGE_AND_REDUCE: Step[
-    tuple[Sequence[ShardPart], AggregateOptions], tuple[Reduction, provenance.FileDigest | None]
-] = Step("merge-and-reduce", _merge_and_reduce)
+WRITE_MERGED: Step[tuple[list[ShardScan], str], provenance.FileDigest] = Step(
+    "write-merged", write_merged_file, io=True, cpu=True
+)
+"""On a worker process where there is one, beside :data:`REDUCE` (the two take about as long)."""
+REDUCE: Step[tuple[Sequence[ShardPart], AggregateOptions], Reduction] = Step("reduce", _reduce)
 """Not retried: a failing reduce would fail again, and a rerun reads the shards from the cache."""
 SERVER_METRICS: Step[tuple[Reduction, AggregateOptions, Sequence[str]], Reduction] = Step(
     "server-metrics", _server_metrics, io=True
@@ -225,11 +229,18 @@ def _run(
         else:
             parts = executor.map(scan, work, done=done)
         kept.recompute_lost(executor, scan, work, parts, _run_files)
-        executor.rest()  # the rest runs here: the readers' processes need not wait beside it
         echo(loaded_line(parts))
+        merging = None
         if options.merge_shards:
             echo(f"Merging shards into {options.output}")
-        reduction, merged = executor.call(MERGE_AND_REDUCE, (parts, options))
+            merging = executor.start(WRITE_MERGED, merge_job(parts, options.output))
+        try:
+            reduction = executor.call(REDUCE, (parts, options))
+        finally:  # the merged file is complete (or its error raised) before the run goes on
+            merged = None if merging is None else merging.result()
+        executor.rest()  # the rest runs here: the readers' processes need not wait beside it
+        if merged is not None:  # written elsewhere: the health check that follows need not hash it again
+            provenance.remember(options.output, merged)
     finally:
         if spool_dir is not None:
             shutil.rmtree(spool_dir, ignore_errors=True)

@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import cast
 
-from gymflow import provenance, storage, threads
+from gymflow import storage, threads
 from gymflow.aggregate._scan import ScanRow, ShardScan
 from gymflow.aggregate._spill import merge_order
 from gymflow.errors import InputError
@@ -322,6 +322,4 @@ def write_merged(
         # The batches are bytes-like (memoryviews of reused buffers), which the writer and the
         # hash take as they take bytes.
         sha256, size = storage.write_atomic_lines(output, cast(Iterator[bytes], merged_lines(scans, order)))
-    merged = FileDigest(storage.to_uri(output), sha256, size)
-    provenance.remember(output, merged)  # the health check that follows need not hash it again
-    return merged
+    return FileDigest(storage.to_uri(output), sha256, size)

@@ -7,13 +7,11 @@ goes to an ``echo`` callback; the core never prints.
 from __future__ import annotations
 
 import logging
-import sys
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gymflow import provenance, storage, threads
+from gymflow import provenance, storage
 from gymflow.aggregate._merge import write_merged
 from gymflow.aggregate._metrics_reading import read_metrics_file
 from gymflow.aggregate._metrics_writing import metrics_bytes, write_metrics
@@ -39,7 +37,9 @@ __all__ = [
     "input_digests",
     "is_up_to_date",
     "loaded_line",
-    "merge_and_reduce",
+    "merge_job",
+    "reduce_parts",
+    "write_merged_file",
     "metrics_bytes",
     "prehash",
     "report_run",
@@ -50,7 +50,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 COMMAND = "eval aggregate"
-_SWITCH_INTERVAL_S = 0.0005
 
 Echo = Callable[[str], None]
 
@@ -298,41 +297,27 @@ def banner_lines(options: AggregateOptions, coverage: Coverage | None) -> list[s
     return lines
 
 
-@contextmanager
-def _responsive_threads() -> Iterator[None]:
-    """A shorter GIL switch interval while the merge thread's reads and writes (each releasing
-    the GIL) run next to the metrics (holding it): at the default 5 ms each reacquisition could
-    wait that long, and the merge would mostly stall until the metrics are done."""
-    previous = sys.getswitchinterval()
-    sys.setswitchinterval(_SWITCH_INTERVAL_S)
-    try:
-        yield
-    finally:
-        sys.setswitchinterval(previous)
+def reduce_parts(parts: Sequence[ShardPart], options: AggregateOptions) -> Reduction:
+    """Every group's metrics, from the shards' rows (held or in sorted runs)."""
+    with paused_gc():
+        return reduce_shards(
+            [part.scan for part in parts], [part.sidecars for part in parts], options.settings
+        )
 
 
-def merge_and_reduce(
-    parts: Sequence[ShardPart], options: AggregateOptions
-) -> tuple[Reduction, provenance.FileDigest | None]:
-    """Every group's metrics, and the merged file when ``options.merge_shards`` (its digest). The
-    merged file is written (I/O and hashing, which release the GIL) while the metrics are
-    computed; it is complete before this returns, even when the metrics fail."""
-    # The collector stays paused until the merge is done too: the merge thread's allocations
-    # (rows it re-serializes) would otherwise have it traverse every row's facts, again and again.
-    with (
-        paused_gc(),
-        _responsive_threads(),
-        threads.executor(1, "gymflow-merge") as writer,
-    ):
-        scans = [part.scan for part in parts]
-        pending = None
-        if options.merge_shards:
-            pending = writer.submit(write_merged, scans, options.output)
-        try:
-            reduction = reduce_shards(scans, [p.sidecars for p in parts], options.settings)
-        finally:
-            merged = None if pending is None else pending.result()
-    return reduction, merged
+def merge_job(parts: Sequence[ShardPart], output: str) -> tuple[list[ShardScan], str]:
+    """What writing the merged file needs of the parts: each shard's rows and where its bytes are
+    (not its groups, perf or key sets, which need not travel to a worker process)."""
+    scans = [replace(part.scan, perf={}, row_keys={}, groups={}) for part in parts]
+    return scans, output
+
+
+def write_merged_file(job: tuple[list[ShardScan], str]) -> provenance.FileDigest:
+    """Write the merged file of :func:`merge_job`'s scans; its digest."""
+    scans, output = job
+    # The collector stays paused: the rows re-serialized would have it traverse the rows held.
+    with paused_gc():
+        return write_merged(scans, output)
 
 
 def report_run(

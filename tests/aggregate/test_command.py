@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -96,24 +98,63 @@ def test_06_blank_lines_skipped_4_plus_5(two_shards: Path) -> None:
     assert len(read_jsonl(f"{two_shards}/out/merged.jsonl")) == 9
 
 
-def test_shard_readers_stop_before_the_merge(two_shards: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The worker processes that read the shards are gone while the merge and the metrics run
-    (here): they would hold their memory beside this process's."""
+def _note(event: str, value: int) -> None:
+    with open(os.environ["GYMFLOW_TEST_EVENTS"], "a") as f:
+        f.write(f"{event} {value}\n")
+
+
+def _noted_write(job: Any) -> Any:
+    """The merged file's writer, noting the process it runs in (module-level: a spawned worker
+    imports it by name)."""
+    from gymflow.aggregate._run import write_merged_file
+
+    _note("write", os.getpid())
+    return write_merged_file(job)
+
+
+def test_a_reader_writes_the_merged_file_beside_the_reduce(
+    two_shards: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With reader processes, one of them writes the merged file while this process reduces (the
+    two overlap); they are all gone once both are done, before the outputs are written. Without
+    them, the merged file is written here, before the reduce."""
     import multiprocessing
 
+    from gymflow.aggregate import _command
     from gymflow.aggregate import _run as aggregate_run
     from gymflow.aggregate._reduce import reduce_shards
 
-    alive: list[int] = []
+    log = two_shards / "events"  # a file: the reader process appends to it too
+    monkeypatch.setenv("GYMFLOW_TEST_EVENTS", str(log))
 
-    def counting(*args: Any) -> Any:
-        alive.append(len(multiprocessing.active_children()))
+    def reducing(*args: Any) -> Any:
+        _note("reduce", os.getpid())
         return reduce_shards(*args)
 
-    monkeypatch.setattr(aggregate_run, "reduce_shards", counting)
-    outcome, lines = run(f"{two_shards}/s/*.jsonl", f"{two_shards}/out/merged.jsonl", workers=2)
-    assert alive == [0]
-    assert len(read_jsonl(f"{two_shards}/out/merged.jsonl")) == 9
+    def outputs(job: Any) -> None:
+        _note("outputs", len(multiprocessing.active_children()))
+        aggregate_run.write_outputs(*job)
+
+    monkeypatch.setattr(_command, "WRITE_MERGED", replace(_command.WRITE_MERGED, function=_noted_write))
+    monkeypatch.setattr(aggregate_run, "reduce_shards", reducing)
+    monkeypatch.setattr(_command, "WRITE_OUTPUTS", replace(_command.WRITE_OUTPUTS, function=outputs))
+    here = os.getpid()
+    merged: list[bytes] = []
+    for workers in (2, 1):
+        log.unlink(missing_ok=True)
+        out = f"{two_shards}/out-{workers}/merged.jsonl"
+        run(f"{two_shards}/s/*.jsonl", out, workers=workers)
+        events = (line.split() for line in log.read_text().splitlines())
+        seen = [(event, int(value)) for event, value in events]
+        assert len(read_jsonl(out)) == 9
+        merged.append(Path(out).read_bytes())
+        where = dict(seen[:-1])
+        assert seen[-1] == ("outputs", 0) and where["reduce"] == here
+        if workers == 2:
+            assert where["write"] != here  # in a reader process
+        else:
+            assert where["write"] == here and seen[0][0] == "write"
+    assert merged[0] == merged[1]
 
 
 @pytest.mark.parametrize("threshold", [0, None], ids=["above-threshold", "below-threshold"])

@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 
 from gymflow import spill
-from gymflow.aggregate import AggregateOptions, ReduceSettings, merge_and_reduce, scan_part
+from gymflow.aggregate import AggregateOptions, ReduceSettings, reduce_parts, scan_part
 from gymflow.aggregate import _scan as scan_module
 from gymflow.aggregate import _spill as spill_module
 from gymflow.aggregate._metrics_writing import metrics_bytes
+from gymflow.aggregate._run import merge_job, write_merged_file
 from gymflow.aggregate._spill import GroupStore
 
 from .rows import row, usage, write_jsonl
@@ -41,7 +42,8 @@ def _aggregate(glob: str, output: Path, spill_dir: str | None) -> tuple[bytes, b
     kind = bytes if spill_dir is None else str
     assert all(isinstance(run, kind) and not part.scan.rows for part in parts for run in part.scan.runs)
     runs = sum(len(part.scan.runs) for part in parts)
-    reduction, _ = merge_and_reduce(parts, options)
+    write_merged_file(merge_job(parts, str(output)))
+    reduction = reduce_parts(parts, options)
     return output.read_bytes(), metrics_bytes(reduction.entries), runs
 
 
