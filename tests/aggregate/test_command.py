@@ -14,7 +14,7 @@ import pytest
 from gymflow import provenance, storage
 from gymflow.aggregate import AggregateOptions, ReduceSettings, ScoreSpec, select_shards
 from gymflow.cli import main
-from gymflow.errors import InputError
+from gymflow.errors import InputError, StorageError
 from gymflow.pipeline import aggregate_then_health, direct_runner
 from gymflow.run_context import RunContext
 
@@ -155,6 +155,43 @@ def test_a_reader_writes_the_merged_file_beside_the_reduce(
         else:
             assert where["write"] == here and seen[0][0] == "write"
     assert merged[0] == merged[1]
+
+
+def _failing_write(job: Any) -> Any:
+    raise StorageError(f"{job[1]}: cannot write it: disk full")
+
+
+def test_a_failed_reduce_still_leaves_the_merged_file_whole(
+    two_shards: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reduce failing while a reader writes the merged file: the run waits for the file (whole,
+    renamed into place, no temporary left), then raises the reduce's error; no process is left."""
+    import multiprocessing
+
+    from gymflow.aggregate import _run as aggregate_run
+
+    def failing(*args: Any) -> Any:
+        raise ValueError("the reduce failed")
+
+    monkeypatch.setattr(aggregate_run, "reduce_shards", failing)
+    with pytest.raises(ValueError, match="the reduce failed"):
+        run(f"{two_shards}/s/*.jsonl", f"{two_shards}/out/merged.jsonl", workers=2)
+    assert len(read_jsonl(f"{two_shards}/out/merged.jsonl")) == 9
+    assert sorted(p.name for p in (two_shards / "out").iterdir()) == ["merged.jsonl"]
+    assert multiprocessing.active_children() == []
+
+
+def test_a_failed_merged_write_on_a_reader_is_its_own_error(
+    two_shards: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The write failing in the reader process: its error, as raised there, once the reduce is done."""
+    from gymflow.aggregate import _command
+
+    monkeypatch.setattr(_command, "WRITE_MERGED", replace(_command.WRITE_MERGED, function=_failing_write))
+    output = f"{two_shards}/out/merged.jsonl"
+    with pytest.raises(StorageError, match=f"^{re.escape(output)}: cannot write it: disk full$"):
+        run(f"{two_shards}/s/*.jsonl", output, workers=2)
+    assert not Path(output).exists()
 
 
 @pytest.mark.parametrize("threshold", [0, None], ids=["above-threshold", "below-threshold"])
