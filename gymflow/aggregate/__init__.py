@@ -33,7 +33,8 @@ from gymflow.aggregate._run import (
     report_run,
     scan_part,
     up_to_date_line,
-    write_outputs,
+    write_metrics_file,
+    write_record,
 )
 from gymflow.aggregate._scan import ShardScan, scan_shard
 from gymflow.aggregate._select import metrics_path, select_shards, split_patterns
@@ -83,5 +84,6 @@ __all__ = [
     "split_patterns",
     "up_to_date_line",
     "write_merged",
-    "write_outputs",
+    "write_metrics_file",
+    "write_record",
 ]

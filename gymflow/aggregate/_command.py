@@ -34,7 +34,8 @@ from gymflow.aggregate._run import (
     scan_part,
     up_to_date_line,
     write_merged_file,
-    write_outputs,
+    write_metrics_file,
+    write_record,
 )
 from gymflow.aggregate._scan import ShardScan
 from gymflow.aggregate._select import select_shards
@@ -113,13 +114,22 @@ def _server_metrics(job: tuple[Reduction, AggregateOptions, Sequence[str]]) -> R
     return job[0]
 
 
-_WriteJob = tuple[
-    Sequence[ShardPart], Reduction, AggregateOptions, RunContext, str, provenance.FileDigest | None
+def _write_metrics(job: tuple[Reduction, AggregateOptions]) -> provenance.FileDigest:
+    return write_metrics_file(*job)
+
+
+_RecordJob = tuple[
+    Sequence[ShardPart],
+    AggregateOptions,
+    RunContext,
+    str,
+    provenance.FileDigest,
+    provenance.FileDigest | None,
 ]
 
 
-def _write(job: _WriteJob) -> None:
-    write_outputs(*job)
+def _write_record(job: _RecordJob) -> None:
+    write_record(*job)
 
 
 PREHASH: Step[tuple[Sequence[str], AggregateOptions], Digests] = Step("prehash", _prehash, io=True)
@@ -133,7 +143,10 @@ REDUCE: Step[tuple[Sequence[ShardPart], AggregateOptions], Reduction] = Step("re
 SERVER_METRICS: Step[tuple[Reduction, AggregateOptions, Sequence[str]], Reduction] = Step(
     "server-metrics", _server_metrics, io=True
 )
-WRITE_OUTPUTS: Step[_WriteJob, None] = Step("write-outputs", _write, io=True)
+WRITE_METRICS: Step[tuple[Reduction, AggregateOptions], provenance.FileDigest] = Step(
+    "write-metrics", _write_metrics, io=True
+)
+WRITE_RECORD: Step[_RecordJob, None] = Step("write-provenance", _write_record, io=True)
 
 
 def _quiet(_: str) -> None:
@@ -234,8 +247,11 @@ def _run(
         if options.merge_shards:
             echo(f"Merging shards into {options.output}")
             merging = executor.start(WRITE_MERGED, merge_job(parts, options.output))
-        try:
+        try:  # the metrics while the merged file is written
             reduction = executor.call(REDUCE, (parts, options))
+            if options.server_metrics:
+                reduction = executor.call(SERVER_METRICS, (reduction, options, shards))
+            metrics = executor.call(WRITE_METRICS, (reduction, options))
         finally:  # the merged file is complete (or its error raised) before the run goes on
             merged = None if merging is None else merging.result()
         executor.rest()  # the rest runs here: the readers' processes need not wait beside it
@@ -244,10 +260,8 @@ def _run(
     finally:
         if spool_dir is not None:
             shutil.rmtree(spool_dir, ignore_errors=True)
-    if options.server_metrics:
-        reduction = executor.call(SERVER_METRICS, (reduction, options, shards))
     outputs = [options.metrics_path, options.record_path] + ([options.output] if merged else [])
-    write = WRITE_OUTPUTS.writing(outputs, [digest.uri for _, digest in digests])
-    executor.call(write, (parts, reduction, options, ctx, started_at, merged))
+    record = WRITE_RECORD.writing(outputs, [digest.uri for _, digest in digests])
+    executor.call(record, (parts, options, ctx, started_at, metrics, merged))
     report_run(reduction, options, outcome, echo)
     return outcome

@@ -45,7 +45,8 @@ __all__ = [
     "report_run",
     "up_to_date_line",
     "scan_part",
-    "write_outputs",
+    "write_metrics_file",
+    "write_record",
 ]
 
 logger = logging.getLogger(__name__)
@@ -233,23 +234,24 @@ def is_up_to_date(
     return provenance.up_to_date(options.record_path, cache_key(options, known))
 
 
-def write_outputs(
+def write_metrics_file(reduction: Reduction, options: AggregateOptions) -> provenance.FileDigest:
+    """Write the metrics file; its digest."""
+    with paused_gc():  # the task objects made while writing form no cycles
+        sha256, size = write_metrics(options.metrics_path, reduction.entries)
+    return provenance.FileDigest(storage.to_uri(options.metrics_path), sha256, size)
+
+
+def write_record(
     parts: Sequence[ShardPart],
-    reduction: Reduction,
     options: AggregateOptions,
     ctx: RunContext,
     started_at: str,
-    merged: provenance.FileDigest | None = None,
+    metrics: provenance.FileDigest,
+    merged: provenance.FileDigest | None,
 ) -> None:
-    """Write the metrics file, then (last) the provenance record listing every output.
-
-    ``merged`` is the merged file's digest when the merge computed it while writing.
-    """
-    with paused_gc():  # the task objects made while writing form no cycles
-        sha256, size = write_metrics(options.metrics_path, reduction.entries)
-    outputs = [provenance.FileDigest(storage.to_uri(options.metrics_path), sha256, size)]
-    if options.merge_shards:
-        outputs.insert(0, merged if merged is not None else provenance.digest(options.output))
+    """Write the provenance record listing every output (last, once they are all written): the
+    merged file (``merged``, when the shards were merged) and the metrics file."""
+    outputs = [metrics] if merged is None else [merged, metrics]
     inputs = input_digests(parts, options)
     record = provenance.build_record(
         command=COMMAND,

@@ -133,11 +133,11 @@ def test_a_reader_writes_the_merged_file_beside_the_reduce(
 
     def outputs(job: Any) -> None:
         _note("outputs", len(multiprocessing.active_children()))
-        aggregate_run.write_outputs(*job)
+        aggregate_run.write_record(*job)
 
     monkeypatch.setattr(_command, "WRITE_MERGED", replace(_command.WRITE_MERGED, function=_noted_write))
     monkeypatch.setattr(aggregate_run, "reduce_shards", reducing)
-    monkeypatch.setattr(_command, "WRITE_OUTPUTS", replace(_command.WRITE_OUTPUTS, function=outputs))
+    monkeypatch.setattr(_command, "WRITE_RECORD", replace(_command.WRITE_RECORD, function=outputs))
     here = os.getpid()
     merged: list[bytes] = []
     for workers in (2, 1):
