@@ -131,3 +131,41 @@ def test_workers_are_forked_at_once_only_from_a_single_thread(threads: str, expe
     result = subprocess.run(command, cwd=repo, capture_output=True, text=True, timeout=60, check=False)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == expected
+
+
+@pytest.mark.parametrize(
+    ("items", "workers", "most", "expected"),
+    [
+        (5, 2, 256, 6),  # three waves of two, not a last item alone
+        (4, 2, 256, 4),
+        (21, 2, 256, 22),
+        (9, 8, 256, 16),
+        (7, 1, 256, 7),  # one worker: every count is full waves
+        (255, 2, 256, 256),
+        (256, 3, 256, 256),  # never beyond ``most``, even short of a multiple
+        (3, 8, 5, 5),
+    ],
+)
+def test_full_waves_rounds_up_to_a_multiple_of_the_workers(
+    items: int, workers: int, most: int, expected: int
+) -> None:
+    assert parallel.full_waves(items, workers, most) == expected
+
+
+def test_ranges_of_join_and_health_come_in_full_waves(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file of five ranges' bytes is cut into six for two workers (and into five for one)."""
+    from gymflow.health import _ranges
+    from gymflow.join import _file_join
+    from gymflow.join._settings import JoinSettings
+
+    path = tmp_path / "rollouts.jsonl"
+    path.write_bytes(b"".join(b'{"n":%d}\n' % i for i in range(500)))  # 4,890 bytes: five ranges of 1,000
+    monkeypatch.setattr(_file_join, "BYTES_PER_RANGE", 1000)
+    monkeypatch.setattr(_ranges, "RANGE_BYTES", 1000)
+    settings = JoinSettings(rollouts=str(path), output=str(tmp_path / "out.jsonl"), capture_dir=None)
+    assert [len(_file_join.plan_ranges(settings, workers)) for workers in (1, 2, 4)] == [5, 6, 8]
+    assert [len(_ranges.plan([str(path)], workers).ranges) for workers in (1, 2, 4)] == [1, 6, 8]
+    monkeypatch.setattr(_ranges, "RANGE_BYTES", 10_000)  # one range: a small file stays whole
+    assert len(_ranges.plan([str(path)], 4).ranges) == 1

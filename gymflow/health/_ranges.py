@@ -43,7 +43,7 @@ from gymflow.health._runs import (
 )
 from gymflow.health._vocabulary import CheckId
 from gymflow.kept import kept_files
-from gymflow.parallel import default_workers
+from gymflow.parallel import default_workers, full_waves
 
 Progress = Callable[[int], None]
 """Called with a number of bytes just processed."""
@@ -127,6 +127,8 @@ def plan(
     for index, path in enumerate(paths):
         size = storage.size(path)
         parts = 1 if limit <= 1 else max(1, min(MAX_RANGES_PER_FILE, math.ceil(size / RANGE_BYTES)))
+        if parts > 1:  # a file of one range is not cut further (a small file's is cheaper whole)
+            parts = full_waves(parts, limit, MAX_RANGES_PER_FILE)
         ranges += [ByteRange(index, path, start, end) for start, end in storage.split_ranges(path, parts)]
     if workers is not None and workers < 1:
         raise UsageError("workers must be at least 1")
