@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from pathlib import Path
 from uuid import UUID
 
 import pytest
+from prefect.client.schemas.objects import TaskRun
 
 from gymflow.cli import main
 from tests.prefect_api import local_client
@@ -19,8 +21,6 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "post_run"
 def _scan_states(flow_run_id: str, count: int = 2, timeout_s: float = 30.0) -> list[str]:
     """The final state names of the flow run's scan-shard task runs (the server records task runs
     from events, a moment after the command returns: wait, bounded, for ``count`` of them)."""
-    import time
-
     deadline = time.monotonic() + timeout_s
     while True:
         states = _read_scan_states(flow_run_id)
@@ -31,13 +31,16 @@ def _scan_states(flow_run_id: str, count: int = 2, timeout_s: float = 30.0) -> l
         time.sleep(0.3)
 
 
-def _read_scan_states(flow_run_id: str) -> list[str]:
+def _task_runs(flow_run_id: str) -> list[TaskRun]:
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 
+    flow_runs = FlowRunFilter(id=FlowRunFilterId(any_=[UUID(flow_run_id)]))
     with local_client() as client:
-        runs = client.read_task_runs(
-            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[UUID(flow_run_id)]))
-        )
+        return client.read_task_runs(flow_run_filter=flow_runs)
+
+
+def _read_scan_states(flow_run_id: str) -> list[str]:
+    runs = _task_runs(flow_run_id)
     return [str(run.state.name if run.state else None) for run in runs if run.name.startswith("scan-shard")]
 
 
@@ -52,6 +55,13 @@ def test_changing_one_shard_reruns_only_its_scan(tmp_path: Path, capsys: pytest.
     args = ["eval", "aggregate", "-i", str(run / "shards" / "*.jsonl"), "-o", str(run / "rollouts.jsonl")]
     assert main(args) == 0
     assert _scan_states(_aggregate_run_id(run)) == ["Completed", "Completed"]
+    # After the scans, the UI shows the merged file's write beside the reduce and the metrics' write,
+    # then the provenance record (recorded from events: waited for, bounded).
+    wanted = {"prehash", "scan-shard", "write-merged", "reduce", "write-metrics", "write-provenance"}
+    deadline = time.monotonic() + 30
+    while not wanted <= (steps := {t.name.rsplit("-", 1)[0] for t in _task_runs(_aggregate_run_id(run))}):
+        assert time.monotonic() < deadline, steps
+        time.sleep(0.3)
 
     changed = run / "shards" / "rollouts_shard_1.jsonl"
     lines = changed.read_text().splitlines(keepends=True)
@@ -66,7 +76,6 @@ def test_the_logs_tab_holds_the_warnings_the_console_prints(tmp_path: Path) -> N
     orchestrator, not only the console (a command in a process of its own, as a user runs it)."""
     import subprocess
     import sys
-    import time
 
     from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
 
