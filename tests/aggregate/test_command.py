@@ -116,8 +116,8 @@ def test_a_reader_writes_the_merged_file_beside_the_reduce(
     two_shards: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """With reader processes, one of them writes the merged file while this process reduces (the
-    two overlap); they are all gone once both are done, before the outputs are written. Without
-    them, the merged file is written here, before the reduce."""
+    two overlap); they are all gone once both are done, before the provenance record is written.
+    Without them, the merged file is written here, before the reduce."""
     import multiprocessing
 
     from gymflow.aggregate import _command
@@ -131,13 +131,13 @@ def test_a_reader_writes_the_merged_file_beside_the_reduce(
         _note("reduce", os.getpid())
         return reduce_shards(*args)
 
-    def outputs(job: Any) -> None:
-        _note("outputs", len(multiprocessing.active_children()))
+    def record(job: Any) -> None:
+        _note("record", len(multiprocessing.active_children()))
         aggregate_run.write_record(*job)
 
     monkeypatch.setattr(_command, "WRITE_MERGED", replace(_command.WRITE_MERGED, function=_noted_write))
     monkeypatch.setattr(aggregate_run, "reduce_shards", reducing)
-    monkeypatch.setattr(_command, "WRITE_RECORD", replace(_command.WRITE_RECORD, function=outputs))
+    monkeypatch.setattr(_command, "WRITE_RECORD", replace(_command.WRITE_RECORD, function=record))
     here = os.getpid()
     merged: list[bytes] = []
     for workers in (2, 1):
@@ -149,7 +149,7 @@ def test_a_reader_writes_the_merged_file_beside_the_reduce(
         assert len(read_jsonl(out)) == 9
         merged.append(Path(out).read_bytes())
         where = dict(seen[:-1])
-        assert seen[-1] == ("outputs", 0) and where["reduce"] == here
+        assert seen[-1] == ("record", 0) and where["reduce"] == here
         if workers == 2:
             assert where["write"] != here  # in a reader process
         else:
@@ -184,7 +184,7 @@ def test_a_failed_reduce_still_leaves_the_merged_file_whole(
 def test_a_failed_merged_write_on_a_reader_is_its_own_error(
     two_shards: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The write failing in the reader process: its error, as raised there, once the reduce is done."""
+    """The write failing in the reader process raises its own error, unchanged, and leaves no output."""
     from gymflow.aggregate import _command
 
     monkeypatch.setattr(_command, "WRITE_MERGED", replace(_command.WRITE_MERGED, function=_failing_write))
