@@ -98,15 +98,17 @@ _cleanups: list[Callable[[], None]] = []
 _lock = threading.Lock()
 
 
-def watch_parent(interval: float = PARENT_POLL_S) -> None:
-    """End this process (exit status 1) within ``interval`` seconds of its parent's death."""
-    parent = os.getppid()
+def watch_parent(parent: int | None = None, interval: float = PARENT_POLL_S) -> None:
+    """End this process (exit status 1) within ``interval`` seconds of the death of ``parent`` (the
+    pid of the process that started it; by default its parent now). A worker passes its creator's
+    pid: read here, after the creator died, the parent would be the process that adopted it, and
+    the worker would wait for work forever."""
+    expected = os.getppid() if parent is None else parent
 
     def loop() -> None:
-        while True:
+        while os.getppid() == expected:
             time.sleep(interval)
-            if os.getppid() != parent:
-                os._exit(1)
+        os._exit(1)
 
     threading.Thread(target=loop, name="gymflow-parent-watch", daemon=True).start()
 
@@ -130,7 +132,7 @@ def worker_init(parent: int | None = None) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
     # Started with SIGINT blocked (gymflow.parallel): now that it is ignored, a pending one is dropped.
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-    watch_parent()
+    watch_parent(parent)
 
 
 def alive(pid: int) -> bool:

@@ -169,3 +169,40 @@ def test_ranges_of_join_and_health_come_in_full_waves(
     assert [len(_ranges.plan([str(path)], workers).ranges) for workers in (1, 2, 4)] == [1, 6, 8]
     monkeypatch.setattr(_ranges, "RANGE_BYTES", 10_000)  # one range: a small file stays whole
     assert len(_ranges.plan([str(path)], 4).ranges) == 1
+
+
+_ORPHAN = """
+import os, subprocess, sys, time
+if sys.argv[1] == "creator":  # starts the worker, then dies before the worker watches it
+    command = [sys.executable, "-c", sys.argv[2], "worker", str(os.getpid()), sys.argv[3]]
+    worker = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    print(worker.pid, flush=True)
+    os._exit(0)
+creator = int(sys.argv[2])
+while os.getppid() == creator:  # the creator is gone: this process was adopted
+    time.sleep(0.01)
+from gymflow import lifeline
+open(sys.argv[3], "w").close()
+lifeline.watch_parent(creator, interval=0.05)
+time.sleep(30)
+"""
+
+
+def test_a_worker_whose_creator_died_before_it_watched_exits(tmp_path: Path) -> None:
+    """The race of a kill -9 during a pool's start: the worker is adopted before its watch starts.
+    It watches its creator's pid (not its parent's, read then), so it still exits at once."""
+    import psutil
+
+    watching = tmp_path / "watching"
+    code = _ORPHAN
+    creator = subprocess.run(
+        [sys.executable, "-c", code, "creator", code, str(watching)],
+        capture_output=True, text=True, timeout=30, check=True, cwd=Path(__file__).resolve().parents[1],
+    )  # fmt: skip
+    worker = psutil.Process(int(creator.stdout))
+    try:
+        worker.wait(timeout=10)
+    except psutil.TimeoutExpired:
+        worker.kill()
+        raise AssertionError("the adopted worker did not exit") from None
+    assert watching.exists()  # it reached the watch: only the watch ends it before its sleep
