@@ -194,15 +194,21 @@ def test_a_failed_merged_write_on_a_reader_is_its_own_error(
     assert not Path(output).exists()
 
 
-@pytest.mark.parametrize("threshold", [0, None], ids=["above-threshold", "below-threshold"])
-def test_readers_start_by_default_only_over_enough_bytes(
-    two_shards: Path, monkeypatch: pytest.MonkeyPatch, threshold: int | None
+@pytest.mark.parametrize(
+    ("forkable", "threshold", "readers"),
+    [(True, None, True), (False, 0, True), (False, None, False)],
+    ids=["forked-any-size", "spawned-above-threshold", "spawned-below-threshold"],
+)
+def test_readers_start_by_default_when_forked_or_over_enough_bytes(
+    two_shards: Path, monkeypatch: pytest.MonkeyPatch, forkable: bool, threshold: int | None, readers: bool
 ) -> None:
-    """Without --workers, shards smaller in all than READERS_MIN_BYTES are read in this process
-    (starting readers would cost more than they save); above it, by default_workers() readers."""
+    """Without --workers, default_workers() readers read the shards when they can be forked,
+    whatever their size; readers that would be spawned only over READERS_MIN_BYTES of shards in
+    all (below it, starting them would cost more than they save: the shards are read here)."""
     from gymflow import parallel
     from gymflow.aggregate import _command
 
+    monkeypatch.setattr(_command, "can_fork", lambda: forkable)
     if threshold is not None:
         monkeypatch.setattr(_command, "READERS_MIN_BYTES", threshold)
     monkeypatch.setattr(_command, "default_workers", lambda: 2)
@@ -215,7 +221,7 @@ def test_readers_start_by_default_only_over_enough_bytes(
 
     monkeypatch.setattr(parallel, "pool", counting)
     run(f"{two_shards}/s/*.jsonl", f"{two_shards}/out/merged.jsonl", workers=None)
-    assert started == ([2] if threshold == 0 else [])
+    assert started == ([2] if readers else [])
     assert len(read_jsonl(f"{two_shards}/out/merged.jsonl")) == 9
 
 
