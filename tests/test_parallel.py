@@ -11,6 +11,7 @@ import weakref
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -169,6 +170,36 @@ def test_ranges_of_join_and_health_come_in_full_waves(
     assert [len(_ranges.plan([str(path)], workers).ranges) for workers in (1, 2, 4)] == [1, 6, 8]
     monkeypatch.setattr(_ranges, "RANGE_BYTES", 10_000)  # one range: a small file stays whole
     assert len(_ranges.plan([str(path)], 4).ranges) == 1
+
+
+def test_health_cuts_a_small_file_for_forked_workers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """For forked workers, a file under RANGE_BYTES is still cut into one range per worker once it
+    holds more than FORKED_RANGE_MIN_BYTES; for spawned ones it stays whole. The direct command
+    plans for forked workers when it can fork."""
+    from gymflow.health import _command, _ranges
+
+    path = tmp_path / "rollouts.jsonl"
+    path.write_bytes(b"".join(b'{"n":%d}\n' % i for i in range(500)))  # 4,890 bytes
+    monkeypatch.setattr(_ranges, "FORKED_RANGE_MIN_BYTES", 1000)
+    assert [len(_ranges.plan([str(path)], workers, forked=True).ranges) for workers in (1, 2, 4)] == [1, 2, 4]
+    assert [len(_ranges.plan([str(path)], workers).ranges) for workers in (1, 2, 4)] == [1, 1, 1]
+    monkeypatch.setattr(_ranges, "FORKED_RANGE_MIN_BYTES", 4890)  # not more than one: whole
+    assert len(_ranges.plan([str(path)], 4, forked=True).ranges) == 1
+
+    monkeypatch.setattr(_ranges, "FORKED_RANGE_MIN_BYTES", 1000)
+    planned: list[int] = []
+    plan = _ranges.plan
+
+    def counting(*args: Any, **kwargs: Any) -> _ranges.HealthPlan:
+        planned.append(len((made := plan(*args, **kwargs)).ranges))
+        return made
+
+    monkeypatch.setattr(_command, "plan", counting)
+    for forkable in (True, False):
+        monkeypatch.setattr(_command, "can_fork", lambda forkable=forkable: forkable)
+        options = _command.HealthOptions(paths=(str(path),), workers=2, use_cache=False)
+        assert _command.run_health(options).run["artifacts"]["records"] == 500
+    assert planned == [2, 1]
 
 
 _ORPHAN = """

@@ -22,6 +22,7 @@ from gymflow.health._ranges import (
     report_dir_for,
 )
 from gymflow.health._report import HealthReport, console_line, write_reports_digested
+from gymflow.parallel import can_fork
 from gymflow.run_context import RunContext
 
 logger = logging.getLogger(__name__)
@@ -138,7 +139,9 @@ def run_health(
     """
     ctx = ctx or RunContext()
     with lineage.run(COMMAND, ctx), ctx.active():
-        plan_ = plan(options.paths, options.workers, options.ignored_checks)
+        # Workers this command forks (--direct, on Linux, one thread) start at once: small files are cut too.
+        forked = executor is None and can_fork()
+        plan_ = plan(options.paths, options.workers, options.ignored_checks, forked=forked)
         directory = report_dir_for(options.paths, options.report_dir)
         summary_url = storage.join(directory, "quality_summary.json")
         with ctx.lock(summary_url, COMMAND):

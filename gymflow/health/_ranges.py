@@ -50,6 +50,11 @@ Progress = Callable[[int], None]
 
 RANGE_BYTES = 32 * 1024 * 1024
 MAX_RANGES_PER_FILE = 256
+FORKED_RANGE_MIN_BYTES = 1024 * 1024
+"""With forked workers (ready in milliseconds), a file of more than this is cut into at
+least one range per worker: best of 3 on 2 CPUs, 10,000 small rollouts (25 MB) 1.38 s whole
+against 0.88 s in four ranges; 750 large ones (12 MB) even (0.41 / 0.37 s). Spawned workers cost
+about 0.4 s each to start: there a file is cut only every :data:`RANGE_BYTES`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,8 +119,11 @@ def plan(
     paths: Sequence[str],
     workers: int | None = None,
     ignored_checks: str | Iterable[str] | None = None,
+    *,
+    forked: bool = False,
 ) -> HealthPlan:
-    """Validate the call (in the reference's order) and split the inputs into byte ranges."""
+    """Validate the call (in the reference's order) and split the inputs into byte ranges
+    (``forked``: for workers forked from this process, see :data:`FORKED_RANGE_MIN_BYTES`)."""
     ignored = normalize_ignored(ignored_checks)
     if not paths:
         raise UsageError("at least one rollout JSONL path is required")
@@ -127,6 +135,8 @@ def plan(
     for index, path in enumerate(paths):
         size = storage.size(path)
         parts = 1 if limit <= 1 else max(1, min(MAX_RANGES_PER_FILE, math.ceil(size / RANGE_BYTES)))
+        if forked and size > FORKED_RANGE_MIN_BYTES:
+            parts = max(parts, limit)
         if parts > 1:  # a file of one range is not cut further (a small file's is cheaper whole)
             parts = full_waves(parts, limit, MAX_RANGES_PER_FILE)
         ranges += [ByteRange(index, path, start, end) for start, end in storage.split_ranges(path, parts)]
