@@ -52,9 +52,10 @@ RANGE_BYTES = 32 * 1024 * 1024
 MAX_RANGES_PER_FILE = 256
 FORKED_RANGE_MIN_BYTES = 1024 * 1024
 """With forked workers (ready in milliseconds), a file of more than this is cut into at
-least one range per worker: best of 3 on 2 CPUs, 10,000 small rollouts (25 MB) 1.38 s whole
-against 0.88 s in four ranges; 750 large ones (12 MB) even (0.41 / 0.37 s). Spawned workers cost
-about 0.4 s each to start: there a file is cut only every :data:`RANGE_BYTES`."""
+least one range per worker: on 2 CPUs, 3 runs each, 10,000 small rollouts (25 MB) 1.38-1.42 s
+whole against 0.94-1.06 s in two ranges; 750 large ones (12 MB) even (0.41-0.51 s against
+0.46-0.48 s). Spawned workers cost about 0.4 s each to start: there a file is cut only every
+:data:`RANGE_BYTES`."""
 
 
 @dataclass(frozen=True, slots=True)
