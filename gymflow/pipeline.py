@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypeVar
 
 import orjson
 
@@ -23,12 +23,15 @@ from gymflow.aggregate import AggregateOptions, AggregateOutcome
 from gymflow.errors import GymflowError
 from gymflow.executor import Executor
 from gymflow.frozen import FrozenDict, freeze
-from gymflow.health import HealthOptions, HealthOutcome
-from gymflow.healthy import HealthyOptions, HealthyOutcome, reward_lines
-from gymflow.join import JoinResult, JoinSettings
 from gymflow.parallel import default_workers
-from gymflow.reverify import ReverifyOptions, ReverifyOutcome
 from gymflow.run_context import RunContext
+
+if TYPE_CHECKING:  # imported by the steps that run them (40-60 ms each): `eval aggregate
+    # --no-health-check` needs none of them
+    from gymflow.health import HealthOptions, HealthOutcome
+    from gymflow.healthy import HealthyOptions, HealthyOutcome
+    from gymflow.join import JoinResult, JoinSettings
+    from gymflow.reverify import ReverifyOptions, ReverifyOutcome
 
 logger = logging.getLogger(__name__)
 
@@ -40,7 +43,7 @@ _RAW_EVIDENCE = ("ng_model_call_capture", "ng_agent_observations")
 
 _Outcome = TypeVar("_Outcome")
 
-Reverify = Callable[[ReverifyOptions, Mapping[str, Any], Echo], ReverifyOutcome]
+Reverify: TypeAlias = "Callable[[ReverifyOptions, Mapping[str, Any], Echo], ReverifyOutcome]"
 """How a pipeline re-verifies (the direct path: :func:`gymflow.reverify.run_reverify`)."""
 
 
@@ -215,6 +218,8 @@ def aggregate_then_health(
     outcome = steps.aggregate(replace(options, health_check=False), echo)
     if not options.health_check:
         return outcome, None, None
+    from gymflow.health import HealthOptions
+
     paths = [options.output] if options.merge_shards else list(outcome.shards)
     try:
         health = steps.health(
@@ -278,6 +283,8 @@ def run_post(options: PostOptions, steps: Runner, echo: Echo) -> PipelineSummary
     else:
         summary.steps.append(StepReport("join", "skipped", lines=["rows already carry ng_trajectory"]))
 
+    from gymflow.health import HealthOptions
+
     health = steps.health(
         HealthOptions(
             (checked,), options.run, options.health.workers, options.health.ignored, options.use_cache
@@ -315,6 +322,8 @@ def _healthy_metrics(
         reason = "no shards" if aggregated is None else "rollouts not merged"
         summary.steps.append(StepReport("healthy-metrics", "skipped", lines=[reason]))
         return
+    from gymflow.healthy import HealthyOptions, reward_lines
+
     options, outcome = aggregated
     healthy = steps.healthy_metrics(HealthyOptions(outcome.output, health.verdicts_url, options, use_cache))
     summary.steps.append(
@@ -350,9 +359,10 @@ def _matching(pattern: str) -> list[str]:
 
 def direct_runner(ctx: RunContext, progress: Callable[[int], None] | None = None) -> Runner:
     """A pipeline in this process (``--direct``): each command on its default executor."""
-    from gymflow.reverify import run_reverify
 
     def reverify(options: ReverifyOptions, gym_config: Mapping[str, Any], echo: Echo) -> ReverifyOutcome:
+        from gymflow.reverify import run_reverify
+
         return run_reverify(options, gym_config, echo)
 
     return Runner(ctx, None, reverify, progress)

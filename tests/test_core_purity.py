@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 
 def test_core_modules_import_no_orchestrator() -> None:
@@ -60,3 +61,27 @@ def test_flows_and_tasks_do_not_import_the_cli() -> None:
     )
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
+
+
+def test_an_aggregate_without_health_check_imports_no_other_command(tmp_path: Path) -> None:
+    """``eval aggregate --direct --no-health-check`` imports neither the health check, the healthy
+    metrics, the join nor reverify (together about 0.15 s of every such run): the pipeline imports
+    each where a step runs it."""
+    shard = tmp_path / "a.jsonl"
+    shard.write_text('{"_ng_task_index":0,"_ng_rollout_index":0,"reward":1.0}\n')  # compact, as merged
+    script = textwrap.dedent(
+        f"""
+        import sys
+        from gymflow.cli import main
+        status = main(["eval", "aggregate", "--input-glob", {str(shard)!r},
+                       "--output", {str(tmp_path / "out" / "merged.jsonl")!r},
+                       "--direct", "--no-cache", "--no-health-check"])
+        assert status == 0, status
+        commands = ("gymflow.health", "gymflow.healthy", "gymflow.join", "gymflow.reverify")
+        print(sorted(m for m in sys.modules if m.startswith(commands)))
+        """
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "[]", result.stdout
+    assert (tmp_path / "out" / "merged.jsonl").read_text() == shard.read_text()
