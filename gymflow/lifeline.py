@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import gc
 import os
+import select
 import signal
 import threading
 import time
@@ -99,18 +100,33 @@ _lock = threading.Lock()
 
 
 def watch_parent(parent: int | None = None, interval: float = PARENT_POLL_S) -> None:
-    """End this process (exit status 1) within ``interval`` seconds of the death of ``parent`` (the
-    pid of the process that started it; by default its parent now). A worker passes its creator's
-    pid: read here, after the creator died, the parent would be the process that adopted it, and
-    the worker would wait for work forever."""
+    """End this process (exit status 1) as soon as ``parent`` (the pid of the process that started
+    it; by default its parent now) dies: at once where the parent can be waited on through a pid
+    file descriptor (Linux), else within ``interval`` seconds. A worker passes its creator's pid:
+    read here, after the creator died, the parent would be the process that adopted it, and the
+    worker would wait for work forever."""
     expected = os.getppid() if parent is None else parent
 
     def loop() -> None:
+        handle = _pidfd(expected)
+        if handle is not None and os.getppid() == expected:  # opened while it still was the parent
+            # Readable once the parent has exited. A worker still writing an output when its command
+            # is killed stops at once, not up to ``interval`` later with that output renamed into place.
+            select.select([handle], [], [])
         while os.getppid() == expected:
             time.sleep(interval)
         os._exit(1)
 
     threading.Thread(target=loop, name="gymflow-parent-watch", daemon=True).start()
+
+
+def _pidfd(pid: int) -> int | None:
+    """A file descriptor that becomes readable when ``pid`` exits; None where there is none (not
+    Linux 5.3 or later, or ``pid`` already gone)."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
 
 
 def worker_init(parent: int | None = None) -> None:

@@ -237,3 +237,46 @@ def test_a_worker_whose_creator_died_before_it_watched_exits(tmp_path: Path) -> 
         worker.kill()
         raise AssertionError("the adopted worker did not exit") from None
     assert watching.exists()  # it reached the watch: only the watch ends it before its sleep
+
+
+_WATCHED = """
+import os, subprocess, sys, time
+if sys.argv[1] == "parent":  # starts the worker, then waits to be killed
+    command = [sys.executable, "-c", sys.argv[2], "worker", str(os.getpid()), sys.argv[3]]
+    worker = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    print(worker.pid, flush=True)
+    time.sleep(60)
+from gymflow import lifeline
+lifeline.watch_parent(int(sys.argv[2]), interval=600)  # polling alone would take ten minutes
+open(sys.argv[3], "w").close()
+time.sleep(60)
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="no pid file descriptors here")
+def test_a_worker_exits_as_soon_as_its_parent_is_killed(tmp_path: Path) -> None:
+    """A worker waits on its parent's pid file descriptor: it exits when the parent dies, not at
+    its next poll, so a worker writing an output stops with its killed command."""
+    import psutil
+
+    watching = tmp_path / "watching"
+    code = _WATCHED
+    parent = subprocess.Popen(
+        [sys.executable, "-c", code, "parent", code, str(watching)],
+        stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[1],
+    )  # fmt: skip
+    try:
+        assert parent.stdout is not None
+        worker = psutil.Process(int(parent.stdout.readline()))
+        deadline = time.monotonic() + 30
+        while not watching.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert watching.exists(), "the worker did not start watching"
+    finally:
+        parent.kill()
+        parent.communicate()
+    try:
+        worker.wait(timeout=5)  # not its child: psutil cannot tell its exit status
+    except psutil.TimeoutExpired:
+        worker.kill()
+        raise AssertionError("the worker outlived its parent") from None
