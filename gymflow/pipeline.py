@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import orjson
 
@@ -24,14 +24,15 @@ from gymflow.errors import GymflowError
 from gymflow.executor import Executor
 from gymflow.frozen import FrozenDict, freeze
 from gymflow.parallel import default_workers
+from gymflow.reverify import ReverifyOptions, ReverifyOutcome
 from gymflow.run_context import RunContext
 
 if TYPE_CHECKING:  # imported by the steps that run them (40-60 ms each): `eval aggregate
-    # --no-health-check` needs none of them
+    # --no-health-check` needs none of them. (ReverifyOptions types a field of PostOptions, whose
+    # schema Prefect builds when the post flow is defined: it must resolve at run time.)
     from gymflow.health import HealthOptions, HealthOutcome
     from gymflow.healthy import HealthyOptions, HealthyOutcome
     from gymflow.join import JoinResult, JoinSettings
-    from gymflow.reverify import ReverifyOptions, ReverifyOutcome
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +44,7 @@ _RAW_EVIDENCE = ("ng_model_call_capture", "ng_agent_observations")
 
 _Outcome = TypeVar("_Outcome")
 
-Reverify: TypeAlias = "Callable[[ReverifyOptions, Mapping[str, Any], Echo], ReverifyOutcome]"
+Reverify = Callable[[ReverifyOptions, Mapping[str, Any], Echo], ReverifyOutcome]
 """How a pipeline re-verifies (the direct path: :func:`gymflow.reverify.run_reverify`)."""
 
 

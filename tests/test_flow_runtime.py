@@ -124,3 +124,13 @@ def test_stored_parameters_are_prefects_encoding_redacted_without_fastapi() -> N
     expected = {"ctx": jsonable_encoder(ctx), "workers": 1, "options": jsonable_encoder(options)}
     assert stored == redact({**expected, "echo": "<builtin_function_or_method>"})
     assert "AKIA-CANARY" not in str(stored) and "sk-canary" not in str(stored)
+
+
+def test_the_post_flow_parameter_schema_describes_its_options() -> None:
+    """Prefect builds a flow's parameter schema from its annotations when the flow is defined; a
+    type the pipeline imports only for type checking would leave ``options`` undescribed, silently."""
+    from gymflow.flows.post import post_flow
+
+    schema = post_flow.parameters.model_dump()
+    assert schema["properties"]["options"]["$ref"] == "#/definitions/PostOptions"
+    assert "reverify" in schema["definitions"]["PostOptions"]["properties"]
