@@ -253,13 +253,22 @@ time.sleep(60)
 """
 
 
-@pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="no pid file descriptors here")
+def _pidfds() -> bool:
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+    except (AttributeError, OSError):
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _pidfds(), reason="no pid file descriptors here")
 def test_a_worker_exits_as_soon_as_its_parent_is_killed(tmp_path: Path) -> None:
     """A worker waits on its parent's pid file descriptor: it exits when the parent dies, not at
     its next poll, so a worker writing an output stops with its killed command."""
     import psutil
 
     watching = tmp_path / "watching"
+    worker: psutil.Process | None = None
     code = _WATCHED
     parent = subprocess.Popen(
         [sys.executable, "-c", code, "parent", code, str(watching)],
@@ -275,6 +284,9 @@ def test_a_worker_exits_as_soon_as_its_parent_is_killed(tmp_path: Path) -> None:
     finally:
         parent.kill()
         parent.communicate()
+        if worker is not None and not watching.exists():  # it never watched: do not leave it behind
+            worker.kill()
+    assert worker is not None
     try:
         worker.wait(timeout=5)  # not its child: psutil cannot tell its exit status
     except psutil.TimeoutExpired:
