@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from gymflow import __version__
+from gymflow.collector import frozen_after
 
 DESCRIPTION = """\
 Check, join, aggregate and re-verify the rollouts a NeMo Gym evaluation wrote, on local disk
@@ -102,7 +103,17 @@ def _selected_group(parser: argparse.ArgumentParser, args: argparse.Namespace) -
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    try:
+        return _command(argv)
+    finally:
+        # What the command froze (collector.frozen_after) is collected again: a caller that goes on
+        # (a test calling main) keeps no frozen garbage.
+        gc.unfreeze()
+
+
+def _command(argv: Sequence[str] | None) -> int:
+    with frozen_after():  # the command line's modules
+        parser = build_parser()
     args, extras = parser.parse_known_args(argv)
     handler = getattr(args, "handler", None)
     if handler is None:

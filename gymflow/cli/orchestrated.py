@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 from gymflow.cli.setup import prepare_prefect
+from gymflow.collector import frozen_after
 from gymflow.config import GymflowConfig
 from gymflow.run_context import RunContext
 
@@ -28,11 +29,12 @@ def run(
     summary instead: ``link=False``).
 
     Prefect is imported here, after its environment is prepared, never by ``--direct`` runs."""
-    prepare_prefect(settings, verbose)
-    from gymflow.flows._runtime import run_flow
+    with frozen_after():
+        prepare_prefect(settings, verbose)
+        from gymflow.flows._runtime import run_flow
 
-    module, name = flow.split(":")
-    flow_object = getattr(importlib.import_module(f"gymflow.flows.{module}"), name)
+        module, name = flow.split(":")
+        flow_object = getattr(importlib.import_module(f"gymflow.flows.{module}"), name)
     result, url = run_flow(flow_object, ctx, workers, **parameters)
     if link:
         print(f"Flow run: {url}", file=sys.stderr, flush=True)
