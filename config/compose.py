@@ -281,8 +281,13 @@ def compose(
     for key in flags:
         if key.split(".")[0] not in base:  # a flag mapped to a key the command's file lacks
             raise UsageError(unknown_line(key, FLAG, own))
-    if not parsed and not gym_files and not os.environ.get(USER_CONFIG_ENV):
-        plain = _flags_on(base, flags)
+    if not parsed and not os.environ.get(USER_CONFIG_ENV) and not (gym_files and flags.get("config_paths")):
+        # No override, no user file and no Gym file: the packaged config with the flags set.
+        if gym_files and "config_paths" not in flags:
+            flags_and_paths: Mapping[str, Any] = {**flags, "config_paths": []}  # as the merge below sets it
+        else:
+            flags_and_paths = flags
+        plain = _flags_on(base, flags_and_paths)
         if plain is not None:
             sources.update(dict.fromkeys(flags, FLAG))
             return _composed(name, plain, sources, base, set(), gym_files, {}, set())

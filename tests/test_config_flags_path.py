@@ -1,7 +1,8 @@
-"""A command composed with flags alone (no override, no ``$GYMFLOW_CONFIG``, no Gym file) is
-composed without OmegaConf: the same :class:`Composed` (data, sources, keys, settings) or the same
-error line as through OmegaConf, for every command's config and thousands of generated flag sets,
-including the values only OmegaConf can resolve (which take its path)."""
+"""A command composed with flags alone (no override, no ``$GYMFLOW_CONFIG``, no Gym file, also
+for the commands that accept Gym files) is composed without OmegaConf: the same
+:class:`Composed` (data, sources, keys, settings) or the same error line as through OmegaConf, for
+every command's config and thousands of generated flag sets, including the values only OmegaConf
+can resolve (which take its path)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ from gymflow.errors import UsageError
 from gymflow.frozen import thaw
 
 NAMES = ("gymflow", *COMMANDS)
+GYM_FILE_COMMANDS = ("aggregate", "post", "reverify")  # composed with gym_files=True by the CLI
+CASES = [(name, False) for name in NAMES] + [(name, True) for name in GYM_FILE_COMMANDS]
 
 
 @pytest.fixture(autouse=True)
@@ -75,9 +78,9 @@ def _flags(rng: random.Random, base: Mapping[str, Any]) -> dict[str, Any]:
     return flags
 
 
-def _outcome(name: str, flags: dict[str, Any]) -> tuple[str, Any]:
+def _outcome(name: str, flags: dict[str, Any], gym_files: bool = False) -> tuple[str, Any]:
     try:
-        composed: Composed = compose(name, flags=flags)
+        composed: Composed = compose(name, flags=flags, gym_files=gym_files)
     except UsageError as exc:
         return "error", str(exc)
     except Exception as exc:  # noqa: BLE001 - OmegaConf's own, for flags no command maps (a key through a list)
@@ -95,23 +98,29 @@ def _same(left: Any, right: Any) -> bool:
     return repr(left) == repr(right)
 
 
-def _both(name: str, flags: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Any]:
+def _both(
+    name: str, flags: dict[str, Any], monkeypatch: pytest.MonkeyPatch, gym_files: bool = False
+) -> tuple[Any, Any]:
     """The outcome without OmegaConf, and the outcome through it."""
-    fast = _outcome(name, flags)
+    fast = _outcome(name, flags, gym_files)
     with monkeypatch.context() as forced:
         forced.setattr(compose_module, "_flags_on", lambda base, flags: None)
-        slow = _outcome(name, flags)
+        slow = _outcome(name, flags, gym_files)
     return fast, slow
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_flags_alone_compose_as_omegaconf_does(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(("name", "gym_files"), CASES)
+def test_flags_alone_compose_as_omegaconf_does(
+    name: str, gym_files: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     base = compose_module._compose_packaged(name, [])
     rng = random.Random(f"flags-{name}")
     plain_taken = 0
     for _ in range(300):
         flags = _flags(rng, base)
-        fast, slow = _both(name, flags, monkeypatch)
+        if gym_files and rng.random() < 0.3:
+            flags["config_paths"] = rng.choice([[], (), None, ""])  # no Gym file named
+        fast, slow = _both(name, flags, monkeypatch, gym_files)
         assert _same(fast, slow), (flags, fast, slow)
         plain_taken += compose_module._flags_on(base, flags) is not None
     assert plain_taken > 60  # a good share of the flag sets took the path under test
@@ -167,6 +176,8 @@ def test_flags_alone_do_not_import_omegaconf() -> None:
         "from gymflow.conf.compose import compose\n"
         "composed = compose('health_check', flags={'workers': 2})\n"
         "assert composed.data['workers'] == 2\n"
+        "composed = compose('aggregate', flags={'input_glob': 'a/*.jsonl'}, gym_files=True)\n"
+        "assert composed.data['input_glob'] == 'a/*.jsonl' and not composed.data['config_paths']\n"
         "print('omegaconf' in sys.modules, 'hydra' in sys.modules)\n"
     )
     env = {key: value for key, value in os.environ.items() if key != USER_CONFIG_ENV}
