@@ -34,7 +34,7 @@ from prefect.settings import (
 )
 from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 
-from gymflow import lifeline, provenance, threads
+from gymflow import lifeline, parallel, provenance, threads
 from gymflow.config import RunnerConfig
 from gymflow.errors import GymflowError
 from gymflow.flows import _environment, _server
@@ -99,7 +99,7 @@ def flow_executor(ctx: RunContext, workers: int, what: str) -> Iterator[tuple[Pr
     else:
         _claim_this_run()
     remote = ctx.runner.kind == "dask"
-    with prefect_executor(recorded, workers, remote, what, _environment.kept_dir()) as executor:
+    with prefect_executor(recorded, workers, remote, what, _environment.kept_dir(), _POOL.get()) as executor:
         yield executor, recorded
 
 
@@ -179,14 +179,19 @@ class _Housekeeping:
 
 
 _HOUSEKEEPING: ContextVar[_Housekeeping | None] = ContextVar("gymflow_housekeeping", default=None)
+_POOL: ContextVar[parallel.Workers | None] = ContextVar("gymflow_pool", default=None)
+"""The worker processes :func:`run_flow` was given for the flow's CPU-bound steps."""
 
 
-def run_flow(flow: Flow[..., R], ctx: RunContext, workers: int, **parameters: Any) -> tuple[R, str]:
+def run_flow(
+    flow: Flow[..., R], ctx: RunContext, workers: int, pool: parallel.Workers | None = None, **parameters: Any
+) -> tuple[R, str]:
     """Run ``flow(ctx=ctx, workers=workers, **parameters)`` on the task runner ``ctx.runner``
     names, against :func:`prefect_api`; its result and the URL of its run in the UI. The
     parameters Prefect stores are redacted by provenance's rule (:func:`redacted_parameters`).
     Every sync flow otherwise waits about a second at exit for its heartbeat thread; gymflow's
-    flows are short, so it is off."""
+    flows are short, so it is off. ``pool``: the worker processes of the flow's CPU-bound steps
+    (else the flow starts its own)."""
     configured = flow.with_options(task_runner=task_runner(ctx.runner, workers))
     _redact_parameters(configured)
     _quiet_user_errors()
@@ -197,12 +202,14 @@ def run_flow(flow: Flow[..., R], ctx: RunContext, workers: int, **parameters: An
     ):
         keeper = _Housekeeping()
         token = _HOUSEKEEPING.set(keeper)
+        pool_token = _POOL.set(pool)
         try:
             state: State[R] = configured(ctx=ctx, workers=workers, return_state=True, **parameters)  # type: ignore[assignment]
         except BaseException:
             keeper.join(timeout=2.0)  # an interrupt does not wait for an API that may be gone
             raise
         finally:
+            _POOL.reset(pool_token)
             _HOUSEKEEPING.reset(token)
         keeper.join()
         url = f"{PREFECT_UI_URL.value()}/flow-runs/flow-run/{state.state_details.flow_run_id}"

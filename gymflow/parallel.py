@@ -149,6 +149,12 @@ class Workers:
         self._serial = workers <= 1
         self._starting = threading.RLock()  # also held while falling back
 
+    def doing(self, what: str) -> Workers:
+        """This pool, whose fallback warning now names ``what`` (a pool started before its work
+        was known: an orchestrated command's, forked before Prefect is imported)."""
+        self._what = what
+        return self
+
     @property
     def processes(self) -> bool:
         """Whether work given to :meth:`call` runs in a worker process (not here)."""

@@ -207,13 +207,21 @@ class PrefectExecutor:
 
 @contextmanager
 def prefect_executor(
-    ctx: RunContext, workers: int, remote: bool, what: str, keep_dir: str | None = None
+    ctx: RunContext,
+    workers: int,
+    remote: bool,
+    what: str,
+    keep_dir: str | None = None,
+    pool: parallel.Workers | None = None,
 ) -> Iterator[PrefectExecutor]:
     """The executor of a flow run: with a pool of ``workers`` core-only processes for CPU-bound
     steps on this machine (``remote``: the task runner's workers compute them, no pool), whose
-    stored results keep their rows in ``keep_dir``."""
+    stored results keep their rows in ``keep_dir``. ``pool``: the processes started for the run
+    before the flow (:func:`gymflow.cli.orchestrated.run`), used instead and left to their owner."""
     if remote:
         yield PrefectExecutor(ctx, None, remote=True)
-        return
-    with parallel.Workers(workers, what=what) as pool:
-        yield PrefectExecutor(ctx, pool, remote=False, keep_dir=keep_dir)
+    elif pool is not None:
+        yield PrefectExecutor(ctx, pool.doing(what), remote=False, keep_dir=keep_dir)
+    else:
+        with parallel.Workers(workers, what=what) as own:
+            yield PrefectExecutor(ctx, own, remote=False, keep_dir=keep_dir)

@@ -73,7 +73,7 @@ def test_an_orchestrated_command_runs_its_flow_with_prefect_frozen_and_main_unfr
         seen["collecting_in_set_up"] = gc.isenabled()
         set_up.extend(_Node() for _ in range(20_000))
 
-    def run_flow(flow: Any, ctx: RunContext, workers: int, **parameters: Any) -> tuple[str, str]:
+    def run_flow(flow: Any, ctx: RunContext, workers: int, pool: Any, **parameters: Any) -> tuple[str, str]:
         seen.update(frozen=gc.get_freeze_count(), collecting=gc.isenabled())
         return "result", "http://127.0.0.1/flow-run"
 

@@ -134,6 +134,43 @@ def test_workers_are_forked_at_once_only_from_a_single_thread(threads: str, expe
     assert result.stdout.strip() == expected
 
 
+_ORCHESTRATED = """
+import sys, types
+from gymflow.cli import orchestrated
+from gymflow.config import GymflowConfig
+from gymflow.run_context import RunContext
+from tests.processes import pool_workers
+
+def run_flow(flow, ctx, workers, pool=None, **parameters):  # what the flow's steps are given
+    started = pool_workers()
+    forked = [p.cmdline() == started[0].parent().cmdline() for p in started]
+    return (len(started), forked, pool.map(abs, [-1, -2, -3])), "http://127.0.0.1/flow-run"
+
+runtime = types.ModuleType("gymflow.flows._runtime")
+runtime.run_flow = run_flow
+probe = types.ModuleType("gymflow.flows.probe")
+probe.flow = None
+sys.modules.update({"gymflow.flows._runtime": runtime, "gymflow.flows.probe": probe})
+orchestrated.prepare_prefect = lambda settings, verbose: None
+settings, hashes = GymflowConfig(), [sys.argv[1]]
+done = orchestrated.run(settings, False, "probe:flow", RunContext(), 2, link=False, hashes=hashes)
+print(*done, len(pool_workers()))
+"""
+
+
+def test_an_orchestrated_command_forks_its_workers_before_hashing_and_prefect(tmp_path: Path) -> None:
+    """The flow of an orchestrated command gets worker processes forked as the command starts,
+    before the thread that hashes its inputs (then Prefect's threads) would make them spawned
+    ones, each importing the core again; they are gone when the command ends."""
+    repo = Path(__file__).resolve().parents[1]
+    data = tmp_path / "rollouts.jsonl"
+    data.write_bytes(b"{}\n" * 1000)
+    command = [sys.executable, "-c", _ORCHESTRATED, str(data)]
+    result = subprocess.run(command, cwd=repo, capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "2 [True, True] [1, 2, 3] 0"
+
+
 @pytest.mark.parametrize(
     ("items", "workers", "most", "expected"),
     [

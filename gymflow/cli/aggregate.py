@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from gymflow import provenance, storage
+from gymflow import storage
 from gymflow.cli.logs import configure_logging
 from gymflow.cli.progress import ProgressBar, progress_bar
 from gymflow.cli.setup import configure_storage, flags_given
@@ -189,7 +189,6 @@ def _progress(options: Any) -> ProgressBar | None:
 def _run_flow(
     settings: GymflowConfig, options: Any, ctx: RunContext, verbose: bool, bar: ProgressBar | None
 ) -> None:
-    provenance.prefetch(_shards(options))  # hashes while Prefect is imported
     from gymflow.cli import orchestrated
     from gymflow.parallel import default_workers
 
@@ -200,6 +199,7 @@ def _run_flow(
         "aggregate:aggregate_command",
         ctx,
         workers,
+        hashes=_shards(options),
         options=options,
         echo=_echo,
         progress=bar,

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from functools import partial
 from typing import TYPE_CHECKING
 
-from gymflow import provenance, storage
+from gymflow import storage
 from gymflow.cli.logs import configure_logging
 from gymflow.cli.progress import progress_bar
 from gymflow.cli.setup import configure_storage, flags_given
@@ -157,12 +157,18 @@ def _run(
     try:
         if direct:
             return run_health(options, ctx, progress=bar)
-        provenance.prefetch(options.paths)  # hashes while Prefect is imported
         from gymflow.cli import orchestrated
 
         workers = options.workers if options.workers is not None else default_workers()
         returned = orchestrated.run(
-            config, verbose, "health:health_check", ctx, workers, options=options, progress=bar
+            config,
+            verbose,
+            "health:health_check",
+            ctx,
+            workers,
+            hashes=options.paths,
+            options=options,
+            progress=bar,
         )
         outcome: HealthOutcome = returned.result
         return outcome

@@ -15,7 +15,7 @@ from contextlib import suppress
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from gymflow import provenance, storage
+from gymflow import storage
 from gymflow.cli.logs import configure_logging
 from gymflow.cli.setup import configure_storage, flags_given
 from gymflow.conf.compose import run_context
@@ -96,16 +96,23 @@ def _print_summary(summary: PipelineSummary, flow_run_url: str | None) -> None:
 def _run_flow(
     settings: Any, options: PostOptions, ctx: RunContext, verbose: bool
 ) -> tuple[PipelineSummary, str | None]:
+    hashes: list[str] = []
     if storage.is_local(options.run):  # the local inputs hash while Prefect is imported
         with suppress(GymflowError):  # a bad pattern is reported by the run itself
-            provenance.prefetch(
-                storage.glob(options.path(options.shards)) or [options.path(options.rollouts)]
-            )
+            hashes = storage.glob(options.path(options.shards)) or [options.path(options.rollouts)]
     from gymflow.cli import orchestrated
     from gymflow.parallel import default_workers
 
     workers = options.health.workers or default_workers()
     result = orchestrated.run(
-        settings, verbose, "post:post_flow", ctx, workers, link=False, options=options, echo=_echo
+        settings,
+        verbose,
+        "post:post_flow",
+        ctx,
+        workers,
+        link=False,
+        hashes=hashes,
+        options=options,
+        echo=_echo,
     )
     return result.summary, result.flow_run_url

@@ -263,10 +263,8 @@ def _run_direct(options: Any, gym_config: Mapping[str, Any], ctx: RunContext) ->
 def _run_flow(
     settings: GymflowConfig, options: Any, gym_config: Mapping[str, Any], ctx: RunContext, verbose: bool
 ) -> None:
-    from gymflow import provenance
     from gymflow.cli import orchestrated
 
-    provenance.prefetch(options.input_files())  # hashes while Prefect is imported
     bar = row_progress("Collecting reverification results")
     try:
         with _keyboard_interrupt():
@@ -280,6 +278,7 @@ def _run_flow(
                 "reverify:reverify_flow",
                 here,
                 1,
+                hashes=options.input_files(),
                 options=options,
                 gym_config=dict(gym_config),
                 echo=_echo,
