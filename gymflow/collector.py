@@ -39,7 +39,7 @@ def frozen_after() -> Iterator[None]:
     (``gc.freeze``), so the command's collections do not walk it again (``gymflow.cli.main``
     unfreezes it when the command ends). Importing Prefect builds ~100,000 such objects: the full
     collections walking them cost an orchestrated re-verify of 20,000 rows 0.23 s, one of them a
-    0.1 s stall of its verify loop; 0.05 s after freezing."""
+    0.1 s stall of its verify loop; under 0.05 s after freezing."""
     with paused_gc():
         yield
         # Frozen before the collector is back on: on again first, the next allocation would start a
