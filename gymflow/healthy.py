@@ -40,7 +40,7 @@ from gymflow.aggregate import (
 )
 from gymflow.errors import InputError
 from gymflow.executor import Executor, LocalExecutor, Step
-from gymflow.health import SortKey, row_key, verdict_key
+from gymflow.health import SortKey, is_blank, row_key, verdict_key
 from gymflow.parallel import default_workers
 from gymflow.run_context import RunContext
 from gymflow.spill import sorted_spilled
@@ -76,6 +76,10 @@ class HealthyOptions:
     verdicts: str
     aggregate: AggregateOptions
     use_cache: bool = True
+    healthy_rows: bytes | None = field(default=None, repr=False, compare=False)
+    """The health check's own flags of ``rollouts``' rows (:attr:`gymflow.health.HealthOutcome.
+    healthy_rows`), when it has just checked that file: then the verdicts need not be paired with
+    the rows again. Derived from the inputs: not part of the cache key."""
 
     @property
     def output(self) -> str:
@@ -199,12 +203,29 @@ def _refuse(verdicts: Iterator[tuple[SortKey, bool]], problem: str) -> NoReturn:
 def _healthy_lines(options: HealthyOptions, counts: _Counts, directory: str) -> Iterator[tuple[int, bytes]]:
     """``(offset, line)`` of each line of the rollouts whose verdict is healthy, in order,
     counting rows and healthy rows into ``counts``."""
+    if options.healthy_rows is not None:
+        yield from _flagged_lines(options.rollouts, options.healthy_rows, counts)
+        return
     flags = _healthy_line_numbers(options, counts, directory)
     line_number = 0
     for offset, line in storage.iter_lines(options.rollouts):
         line_number += 1
         if line_number < len(flags) and flags[line_number]:
             yield offset, line if line.endswith(b"\n") else line + b"\n"
+
+
+def _flagged_lines(url: str, healthy: bytes, counts: _Counts) -> Iterator[tuple[int, bytes]]:
+    """:func:`_healthy_lines` from the health check's flags of the rows (by their number)."""
+    for offset, line in storage.iter_lines(url):
+        if is_blank(line):
+            continue
+        number = counts.rows
+        counts.rows += 1
+        if number < len(healthy) and healthy[number]:
+            counts.healthy += 1
+            yield offset, line if line.endswith(b"\n") else line + b"\n"
+    if len(healthy) > counts.rows:
+        raise InputError(f"{url} holds fewer rows than its health check judged; health-check it again")
 
 
 PIECE_MIN_BYTES = 32 * 2**20

@@ -298,7 +298,8 @@ def run_post(options: PostOptions, steps: Runner, echo: Echo) -> PipelineSummary
         )
     )
     summary.verdicts = dict(health.run.get("verdicts", {}))
-    _healthy_metrics(aggregated, health, options.use_cache, steps, summary)
+    rows = health.healthy_rows if checked == rollouts else None  # its own flags of these rows
+    _healthy_metrics(aggregated, health, rows, options.use_cache, steps, summary)
 
     if options.reverify is None:
         summary.steps.append(StepReport("reverify", "skipped", lines=["reverify.enabled is false"]))
@@ -314,11 +315,13 @@ def run_post(options: PostOptions, steps: Runner, echo: Echo) -> PipelineSummary
 def _healthy_metrics(
     aggregated: tuple[AggregateOptions, AggregateOutcome] | None,
     health: HealthOutcome,
+    healthy_rows: bytes | None,
     use_cache: bool,
     steps: Runner,
     summary: PipelineSummary,
 ) -> None:
-    """The merged rollouts' metrics over the healthy ones only (:mod:`gymflow.healthy`)."""
+    """The merged rollouts' metrics over the healthy ones only (:mod:`gymflow.healthy`);
+    ``healthy_rows``: the health check's flags of the merged rows, when it checked that file."""
     if aggregated is None or not aggregated[1].merged:
         reason = "no shards" if aggregated is None else "rollouts not merged"
         summary.steps.append(StepReport("healthy-metrics", "skipped", lines=[reason]))
@@ -326,7 +329,9 @@ def _healthy_metrics(
     from gymflow.healthy import HealthyOptions, reward_lines
 
     options, outcome = aggregated
-    healthy = steps.healthy_metrics(HealthyOptions(outcome.output, health.verdicts_url, options, use_cache))
+    healthy = steps.healthy_metrics(
+        HealthyOptions(outcome.output, health.verdicts_url, options, use_cache, healthy_rows)
+    )
     summary.steps.append(
         StepReport(
             "healthy-metrics", "up to date" if healthy.up_to_date else "ran", {"metrics": healthy.output}

@@ -178,3 +178,62 @@ def test_pieces_hold_the_healthy_lines_in_order(tmp_path: Path) -> None:
         assert len(picked.pieces) == count
         assert "".join(Path(piece).read_text() for piece in picked.pieces) == expected
         assert (picked.rows, picked.healthy) == (40, 30)
+
+
+@pytest.mark.parametrize("duplicates", ["checked", "ignored"])
+def test_the_health_checks_own_flags_pick_the_rows_its_verdicts_do(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, duplicates: str
+) -> None:
+    """The healthy rows a health check just flagged (``HealthOutcome.healthy_rows``, what ``eval
+    post`` hands on) are the rows its verdicts pair with: the same metrics bytes and counts, from a
+    run checked in several ranges with rows sharing keys, rows without a task index, blank and
+    unreadable lines, and without pairing any row's key."""
+    rng = random.Random(f"flags-{duplicates}")
+    # Each agent's (task, rollout) once, as eval aggregate requires; the two agents share keys.
+    rollouts_of = [(task, agent, index) for task in range(60) for agent in "ab" for index in range(3)]
+    rng.shuffle(rollouts_of)
+    lines: list[str] = []
+    for task, agent, index in rollouts_of[:300]:
+        kind = rng.random()
+        if kind < 0.04:
+            lines.append("\n" if rng.random() < 0.5 else "   \n")
+            continue
+        if kind < 0.07:
+            lines.append("{not json\n")
+            continue
+        row = _row(task, agent, rng.random(), hollow=rng.random() < 0.3)
+        if kind < 0.12:
+            del row["_ng_task_index"]  # placed by its ordinal (eval aggregate: task 0)
+            row["agent_ref"] = {"name": f"c{len(lines)}"}
+        row["_ng_rollout_index"] = index
+        lines.append(json.dumps(row) + "\n")
+    rollouts = tmp_path / "run" / "rollouts.jsonl"
+    rollouts.parent.mkdir()
+    rollouts.write_text("".join(lines))
+    monkeypatch.setattr("gymflow.health._ranges.RANGE_BYTES", 4096)  # many ranges, as a large run
+    ignored = ("rollout_duplicate_identity",) if duplicates == "ignored" else ()
+    health = run_health(HealthOptions((str(rollouts),), workers=2, ignored_checks=ignored, use_cache=False))
+    assert health.healthy_rows is not None and any(health.healthy_rows)
+
+    paired = run_healthy_metrics(replace(_options(rollouts, Path(health.verdicts_url)), use_cache=False))
+    by_pairing = Path(paired.output).read_bytes()
+
+    def no_pairing(*_: Any) -> Any:
+        raise AssertionError("a row's key was read")
+
+    monkeypatch.setattr(healthy_module, "row_key", no_pairing)
+    options = replace(_options(rollouts, Path(health.verdicts_url)), use_cache=False)
+    flagged = run_healthy_metrics(replace(options, healthy_rows=health.healthy_rows))
+    assert (flagged.rows, flagged.healthy) == (paired.rows, paired.healthy)
+    assert flagged.healthy == health.summary["run"]["verdicts"]["healthy"]
+    assert Path(flagged.output).read_bytes() == by_pairing
+
+
+def test_a_file_shorter_than_its_flags_is_refused(tmp_path: Path) -> None:
+    rollouts = _write(tmp_path / "run" / "rollouts.jsonl", [_row(0, "a", 1.0), _row(1, "a", 0.0)])
+    health = run_health(HealthOptions((str(rollouts),)))
+    assert health.healthy_rows == b"\x01\x01"
+    fewer = _write(tmp_path / "fewer" / "rollouts.jsonl", [_row(0, "a", 1.0)])
+    options = replace(_options(fewer, Path(health.verdicts_url)), healthy_rows=health.healthy_rows)
+    with pytest.raises(InputError, match="fewer rows than its health check judged"):
+        run_healthy_metrics(options)

@@ -23,6 +23,7 @@ from gymflow.health._ranges import (
     plan,
     report_dir_for,
 )
+from gymflow.health._reading import is_blank
 from gymflow.health._registry import ROLLOUT_CHECK_IDS, TASK_CHECK_IDS, normalize_ignored
 from gymflow.health._report import HealthReport, build_report
 from gymflow.health._runs import SortKey, row_key, verdict_key
@@ -61,6 +62,7 @@ __all__ = [
     "cached_outcome",
     "evaluate_range",
     "finish",
+    "is_blank",
     "normalize_ignored",
     "plan",
     "record_outputs",

@@ -6,7 +6,7 @@ import json
 import logging
 from collections.abc import Mapping, Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gymflow import kept, lineage, provenance, scratch, storage
@@ -40,6 +40,9 @@ class HealthOutcome:
     record_url: str
     up_to_date: bool
     console_line: str
+    healthy_rows: bytes | None = field(default=None, repr=False, compare=False)
+    """A byte per input row (its number among the rows of the inputs): 1 where its verdict is
+    healthy, the rows after the last healthy one left out; None for reports found up to date."""
 
     @property
     def summary(self) -> dict[str, Any]:
@@ -86,7 +89,9 @@ def record_outputs(
         finished_at=provenance.timestamp(),
     )
     provenance.write_record(record_url, record)
-    return HealthOutcome(report.run, summary_url, record_url, False, report.console_line())
+    return HealthOutcome(
+        report.run, summary_url, record_url, False, report.console_line(), report.healthy_rows
+    )
 
 
 def _read_summary(summary_url: str) -> dict[str, Any]:

@@ -50,6 +50,9 @@ class HealthReport:
     """``quality_summary.json``."""
     verdicts_path: str
     """``rollout_verdicts.jsonl``."""
+    healthy_rows: bytes = b""
+    """A byte per input row, by its number among the rows of the inputs: 1 where its verdict is
+    healthy (the rows after the last healthy one are left out)."""
 
     @property
     def summary_bytes(self) -> bytes:
@@ -258,23 +261,30 @@ def merge_runs(
     (:func:`~gymflow.health._runs.merge_entries`)."""
     reducer = _Reducer(ignored)
     mark_duplicates = "rollout_duplicate_identity" not in reducer.ignored_set
+    healthy = bytearray()
     paths: list[str] = []
     try:
         fd, path = scratch.scratch_file("verdicts", ".jsonl")
         paths.append(path)
         with open(fd, "w", encoding="utf-8", newline="\n") as out:
             group: list[Entry] = []  # entries sharing one identity: almost always one
-            for item in chain(merge_entries(runs), [None]):
+            ordinals: list[int] = []
+            for item, ordinal in chain(merge_entries(runs), [(None, 0)]):
                 if group and (item is None or item.key != group[0].key):
                     if len(group) > 1 and mark_duplicates:
                         group = [with_duplicates(member, len(group)) for member in group]
-                    for member in group:
+                    for member, at in zip(group, ordinals, strict=True):
                         reducer.add(member)
                         out.write(member.line)
                         out.write("\n")
-                    group = []
+                        if member.verdict == "healthy":
+                            if at >= len(healthy):
+                                healthy.extend(bytes(at + 1 - len(healthy)))
+                            healthy[at] = 1
+                    group, ordinals = [], []
                 if item is not None:
                     group.append(item)
+                    ordinals.append(ordinal)
         run = reducer.summary(stats)
         fd, path = scratch.scratch_file("summary", ".json")
         paths.append(path)
@@ -288,7 +298,7 @@ def merge_runs(
         raise
     finally:
         reducer.tasks.close()
-    report = HealthReport(run, paths[1], paths[0])
+    report = HealthReport(run, paths[1], paths[0], bytes(healthy))
     for path in paths:
         weakref.finalize(report, scratch.discard, path)
     return report

@@ -283,9 +283,10 @@ def sort_rows(rows: Iterable[RowResult], placement: Placement, spill: str | None
     return SortedRun(path=spill)
 
 
-def merge_entries(runs: Sequence[tuple[Iterator[Entry], int]]) -> Iterator[Entry]:
+def merge_entries(runs: Sequence[tuple[Iterator[Entry], int]]) -> Iterator[tuple[Entry, int]]:
     """The entries of sorted runs, each with the ordinal of its range's first row, in one sorted
-    stream: by key, then input order (an entry's ordinal is its range's plus its ``position``).
+    stream, each with its ordinal (its range's plus its ``position``: the row's number among the
+    input rows): by key, then input order.
 
     Runs of rows written in task order barely overlap, so each run is drained while its entries
     stay below the next run's head: one comparison per entry, the heap only where runs meet.
@@ -300,16 +301,16 @@ def merge_entries(runs: Sequence[tuple[Iterator[Entry], int]]) -> Iterator[Entry
     ]
     heapq.heapify(heap)
     while heap:
-        _, _, index = heapq.heappop(heap)
+        _, ordinal, index = heapq.heappop(heap)
         head = heads[index]
         assert head is not None
-        yield head
+        yield head, ordinal
         offset = offsets[index]
         bound = heap[0] if heap else None
         for item in iterators[index]:
             place = (item.key, offset + item.position, index)
             if bound is None or place < bound:
-                yield item
+                yield item, place[1]
                 continue
             heads[index] = item
             heapq.heappush(heap, place)

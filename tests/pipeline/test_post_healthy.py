@@ -69,6 +69,12 @@ def test_post_writes_the_metrics_of_the_healthy_rollouts(
     # the healthy rows in two pieces, read on the command's worker processes (a large run's way)
     monkeypatch.setattr(healthy_module, "PIECE_MIN_BYTES", 1)
     monkeypatch.setattr(healthy_module, "default_workers", lambda: 2)
+
+    def paired(*_: Any) -> Any:
+        raise AssertionError("the verdicts were paired with the rows: the health check's flags went unused")
+
+    # Each time the healthy metrics are computed here, the health check has just run on the rows.
+    monkeypatch.setattr(healthy_module, "row_key", paired)
     out = _post([str(run_dir), *mode], capsys)
     assert _step(out, "healthy-metrics") == "ran"
     written = run_dir / HEALTHY
