@@ -225,12 +225,16 @@ def _take_local(output_url: str, path: str, holder: Holder, wait: float, warn: W
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
+            refused = os.fstat(fd).st_ino
             os.close(fd)
             if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                 raise StorageError(f"{path}: cannot lock it: {exc}") from exc
             waited = time.monotonic() - start
             if waited >= wait:
-                raise _refusal(output_url, _holder_soon(local), round(waited, 1), path) from None
+                holder_now = _holder_soon(local)
+                if holder_now is None and not _is_file(local, refused):
+                    continue  # its holder ended (and removed it) as we looked: take it now
+                raise _refusal(output_url, holder_now, round(waited, 1), path) from None
             time.sleep(min(_POLL_S, max(wait - waited, 0.01)))
             continue
         # The holder before us may have removed the file after we opened it: lock the one on disk.
@@ -273,6 +277,14 @@ def _holder_soon(local: str, within_s: float = 1.0) -> Holder | None:
     while (holder := _read_local(local)) is None and time.monotonic() < deadline:
         time.sleep(0.01)
     return holder
+
+
+def _is_file(local: str, inode: int) -> bool:
+    """Whether ``local`` is still the file of ``inode``."""
+    try:
+        return os.stat(local).st_ino == inode
+    except FileNotFoundError:
+        return False
 
 
 def _read_local(local: str) -> Holder | None:

@@ -188,6 +188,32 @@ def test_interrupt_messages() -> None:
     assert message(signal.SIGTERM, []).startswith("Terminated; nothing was written")
 
 
+def test_a_lock_released_as_it_was_refused_is_taken(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run that finds the lock held, then its holder gone (it ended and removed the file between
+    the two looks), takes the lock: it is not refused with no holder to name."""
+    import fcntl
+
+    output = tmp_path / "quality_summary.json"
+    path = tmp_path / ".quality_summary.json.lock"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # another open file: held against run_lock, as by another run
+    looks: list[str] = []
+    read_holder = locking._holder_soon
+
+    def holder_ends_first(local: str, within_s: float = 1.0) -> locking.Holder | None:
+        looks.append(local)
+        os.unlink(path)  # the holder releases, as it does when its run ends
+        os.close(fd)
+        return read_holder(local, within_s=0.05)
+
+    monkeypatch.setattr(locking, "_holder_soon", holder_ends_first)
+    warnings: list[str] = []
+    with locking.run_lock(str(output), "eval health-check", wait=0, warn=warnings.append):
+        assert path.exists()
+    assert len(looks) == 1 and warnings == []
+    assert not path.exists()
+
+
 def test_locks_are_reentrant_within_a_process(tmp_path: Path) -> None:
     output = str(tmp_path / "m.jsonl")
     with locking.run_lock(output, "eval aggregate", wait=0) as outer:
