@@ -7,7 +7,9 @@ the session ends.
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import socket
 import tempfile
 from collections.abc import Iterator
@@ -30,6 +32,10 @@ os.environ.pop("PREFECT_API_URL", None)
 # Composed configurations are cached between commands (gymflow.conf.composed_cache): the tests'
 # own cache, never the user's.
 os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="gymflow-tests-cache-")
+# Both go when this process ends (after the session has stopped the server): each test process
+# left ~10 MB of Prefect database and cache in the temporary directory.
+for _directory in (_PREFECT_HOME, os.environ["XDG_CACHE_HOME"]):
+    atexit.register(shutil.rmtree, _directory, ignore_errors=True)
 os.environ.setdefault("DO_NOT_TRACK", "1")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 # The CLI's default console level (prefect.log_level). Prefect fixes its log level when it is first
