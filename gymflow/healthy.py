@@ -155,26 +155,26 @@ class _Counts:
     healthy: int = 0
 
 
-def _row_keys(url: str, counts: _Counts) -> Iterator[tuple[SortKey, int]]:
-    """The report key and physical line number of each row of ``url``, counting rows."""
-    line_number = 0
+def _row_keys(url: str) -> Iterator[tuple[SortKey, int, int]]:
+    """The report key, physical line number and row number of each row of ``url``."""
+    line_number = rows = 0
     for _, line in storage.iter_lines(url):
         line_number += 1
-        key = row_key(line, line_number, counts.rows)
+        key = row_key(line, line_number, rows)
         if key is not None:
-            counts.rows += 1
-            yield key, line_number
+            yield key, line_number, rows
+            rows += 1
 
 
-def _healthy_line_numbers(options: HealthyOptions, counts: _Counts, directory: str) -> bytearray:
-    """A flag per physical line of the rollouts: 1 where its row's verdict is healthy.
+def _paired_flags(options: HealthyOptions, directory: str) -> bytearray:
+    """A flag per row of the rollouts (by its number): 1 where its verdict is healthy.
 
     The rows' keys are sorted (spilled to ``directory`` beyond a few hundred thousand, so memory
     stays flat) and walked beside the verdicts, which are in report order: among rows sharing a
     key, the n-th in the rollouts meets the n-th verdict of that key."""
     flags = bytearray()
     verdicts = _verdicts(options.verdicts)
-    for key, line_number in sorted_spilled(_row_keys(options.rollouts, counts), directory):
+    for key, line_number, number in sorted_spilled(_row_keys(options.rollouts), directory):
         judged = next(verdicts, None)
         if judged is None or judged[0] > key:
             missing = f"has no verdict for line {line_number} of {options.rollouts}"
@@ -182,10 +182,9 @@ def _healthy_line_numbers(options: HealthyOptions, counts: _Counts, directory: s
         if judged[0] < key:
             break
         if judged[1]:
-            counts.healthy += 1
-            if len(flags) <= line_number:
-                flags.extend(bytes(line_number + 1 - len(flags)))
-            flags[line_number] = 1
+            if len(flags) <= number:
+                flags.extend(bytes(number + 1 - len(flags)))
+            flags[number] = 1
     else:
         if next(verdicts, None) is None:
             return flags
@@ -202,21 +201,11 @@ def _refuse(verdicts: Iterator[tuple[SortKey, bool]], problem: str) -> NoReturn:
 
 def _healthy_lines(options: HealthyOptions, counts: _Counts, directory: str) -> Iterator[tuple[int, bytes]]:
     """``(offset, line)`` of each line of the rollouts whose verdict is healthy, in order,
-    counting rows and healthy rows into ``counts``."""
-    if options.healthy_rows is not None:
-        yield from _flagged_lines(options.rollouts, options.healthy_rows, counts)
-        return
-    flags = _healthy_line_numbers(options, counts, directory)
-    line_number = 0
+    counting rows and healthy rows into ``counts``: by the health check's own flags of the rows
+    when it has just checked them, else by pairing its verdicts with the rows."""
+    given = options.healthy_rows
+    healthy = given if given is not None else _paired_flags(options, directory)
     for offset, line in storage.iter_lines(options.rollouts):
-        line_number += 1
-        if line_number < len(flags) and flags[line_number]:
-            yield offset, line if line.endswith(b"\n") else line + b"\n"
-
-
-def _flagged_lines(url: str, healthy: bytes, counts: _Counts) -> Iterator[tuple[int, bytes]]:
-    """:func:`_healthy_lines` from the health check's flags of the rows (by their number)."""
-    for offset, line in storage.iter_lines(url):
         if is_blank(line):
             continue
         number = counts.rows
@@ -225,6 +214,7 @@ def _flagged_lines(url: str, healthy: bytes, counts: _Counts) -> Iterator[tuple[
             counts.healthy += 1
             yield offset, line if line.endswith(b"\n") else line + b"\n"
     if len(healthy) > counts.rows:
+        url = options.rollouts
         raise InputError(f"{url} holds fewer rows than its health check judged; health-check it again")
 
 

@@ -24,7 +24,7 @@ from gymflow.errors import GymflowError
 from gymflow.executor import Executor
 from gymflow.frozen import FrozenDict, freeze
 from gymflow.parallel import default_workers
-from gymflow.reverify import ReverifyOptions, ReverifyOutcome
+from gymflow.reverify import ReverifyOptions, ReverifyOutcome, run_reverify
 from gymflow.run_context import RunContext
 
 if TYPE_CHECKING:  # imported by the steps that run them (40-60 ms each): `eval aggregate
@@ -367,8 +367,6 @@ def direct_runner(ctx: RunContext, progress: Callable[[int], None] | None = None
     """A pipeline in this process (``--direct``): each command on its default executor."""
 
     def reverify(options: ReverifyOptions, gym_config: Mapping[str, Any], echo: Echo) -> ReverifyOutcome:
-        from gymflow.reverify import run_reverify
-
         return run_reverify(options, gym_config, echo)
 
     return Runner(ctx, None, reverify, progress)
